@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Machine-checks kepoch's layering (DESIGN.md "Imports point downward"):
+#  - seek/ is pure: no kgo, no net, no os, no time.Now, no goroutines;
+#  - errors/ imports no other kepoch package;
+#  - metadata/ and seek/ never import consumer/ or producer/;
+#  - consumer/ and producer/ never import each other;
+#  - kfake and kadm only in cmd/kepoch, integration/ and _test.go files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+deps() { go list -f '{{join .Imports "\n"}}' "./$1" 2>/dev/null || true; }
+deny() { # package, pattern, why
+  local hits
+  hits=$(deps "$1" | grep -E "$2" || true)
+  if [ -n "$hits" ]; then echo "import rule: $1 must not import $hits ($3)"; fail=1; fi
+}
+deny seek '^(net|os|os/exec|github.com/twmb/franz-go/pkg/kgo|github.com/kepoch/kepoch/(consumer|producer|metadata|internal))' "seek is pure"
+deny errors '^github.com/kepoch/kepoch/' "errors is the bottom layer"
+deny metadata '^github.com/kepoch/kepoch/(consumer|producer|seek)' "imports point downward"
+deny consumer '^github.com/kepoch/kepoch/producer' "consumer and producer are siblings"
+deny producer '^github.com/kepoch/kepoch/consumer' "consumer and producer are siblings"
+for p in errors seek metadata consumer producer $(cd internal && ls -d */ 2>/dev/null | sed 's|/$||;s|^|internal/|'); do
+  deny "$p" 'franz-go/pkg/(kfake|kadm)' "test-only dependencies"
+done
+if git grep -nE 'time\.Now\(|go func|^\s*go [a-zA-Z]' -- 'seek/*.go' ':!seek/*_test.go' >/dev/null 2>&1; then
+  echo "import rule: seek/ reads the clock or starts goroutines:"; git grep -nE 'time\.Now\(|go func|^\s*go [a-zA-Z]' -- 'seek/*.go' ':!seek/*_test.go'; fail=1
+fi
+exit $fail
