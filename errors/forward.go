@@ -16,3 +16,6 @@ func Join(errs ...error) error { return stderrors.Join(errs...) }
 
 // New returns an error whose Error method returns text (errors.New).
 func New(text string) error { return stderrors.New(text) }
+
+// AsType finds the first error in err's tree of type E (errors.AsType).
+func AsType[E error](err error) (E, bool) { return stderrors.AsType[E](err) }

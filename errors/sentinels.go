@@ -1,0 +1,50 @@
+package errors
+
+import "github.com/twmb/franz-go/pkg/kerr"
+
+// kepoch's own identities: conditions that no single Kafka error code names.
+// Where a condition refines a Kafka code, its sentinel wraps that code, so
+// matching the general code still works:
+//
+//	errors.Is(ErrOffsetBelowLogStart, ErrOffsetOutOfRange) == true
+//	errors.Is(ErrOffsetOutOfRange, ErrOffsetBelowLogStart) == false
+var (
+	// ErrLogTruncation: the partition's log was rewritten below the
+	// consumer's position (KIP-320). *LogTruncationError matches it and
+	// carries the divergence points; it also matches ErrOffsetOutOfRange,
+	// as Java's LogTruncationException extends OffsetOutOfRangeException.
+	ErrLogTruncation = New("kepoch: log truncation detected")
+
+	// ErrOffsetBelowLogStart: the position is below the partition's log
+	// start offset; retention or DeleteRecords removed the records, the
+	// log was not truncated. Wraps ErrOffsetOutOfRange.
+	ErrOffsetBelowLogStart error = &refinement{"kepoch: offset below the log start offset (records deleted by retention)", kerr.OffsetOutOfRange}
+
+	// ErrTopicIDChanged: the topic was deleted and recreated under the
+	// same name (its topic ID changed). Positions, leader epochs and
+	// producer sequences of the old incarnation mean nothing in the new
+	// one.
+	ErrTopicIDChanged = New("kepoch: topic ID changed (topic recreated)")
+
+	// ErrClosed: the object was closed; the call did nothing.
+	ErrClosed = New("kepoch: closed")
+
+	// ErrUnknownOutcome: a produce request may or may not have been
+	// applied (a timeout or a broken connection after the request was
+	// written). It is never resent as a new write; see ProduceNotApplied.
+	ErrUnknownOutcome = New("kepoch: produce outcome unknown")
+
+	// ErrNotSent: the request was never written to a connection, so the
+	// broker cannot have acted on it. Wrap it to tell callers (and
+	// ProduceNotApplied) so.
+	ErrNotSent = New("kepoch: request not sent")
+)
+
+// refinement is a kepoch sentinel that narrows a Kafka code.
+type refinement struct {
+	msg  string
+	code *kerr.Error
+}
+
+func (r *refinement) Error() string { return r.msg }
+func (r *refinement) Unwrap() error { return r.code }
