@@ -1,0 +1,303 @@
+package batch
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"sync"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+var defaultDecompressor = sync.OnceValue(func() *compress.Decompressor {
+	d, err := compress.NewDecompressor(compress.DefaultMaxDecompressedSize)
+	if err != nil {
+		panic(err) // the default size is positive
+	}
+	return d
+})
+
+// Options configures an Iterator for one partition's fetched bytes.
+type Options struct {
+	// Topic and Partition name the partition in errors.
+	Topic     string
+	Partition int32
+	// StartOffset is the fetch position: records below it are decoded and
+	// validated but left out of Batch.Records, and data batches that end
+	// below it are not decompressed. Control batches are always decoded.
+	StartOffset int64
+	// ReadCommitted filters out the data batches of aborted transactions
+	// listed in Aborted (a Fetch response's AbortedTransactions), as a
+	// read_committed consumer must: they are yielded with Aborted set and
+	// no records.
+	ReadCommitted bool
+	Aborted       []AbortedTransaction
+	// KeepControl puts the control records of control batches in
+	// Batch.Records; by default control batches yield only their Marker.
+	KeepControl bool
+	// Retain gives every batch its own memory: Records, header slices and
+	// decompressed bytes are not reused by later batches, at the cost of
+	// up to three allocations per batch. Without it, everything a batch
+	// references stays valid only until the next call to Next or Reset
+	// (uncompressed keys and values alias the input in both modes).
+	Retain bool
+	// Decompressor decompresses payloads; nil uses a shared one bounded
+	// at compress.DefaultMaxDecompressedSize.
+	Decompressor *compress.Decompressor
+}
+
+// Batch is one decoded record batch.
+type Batch struct {
+	// Header is the batch header, CRC verified.
+	Header Header
+	// Records are the data records at or past Options.StartOffset: empty
+	// for control batches (unless KeepControl), aborted batches and
+	// batches below the start offset.
+	Records []Record
+	// Marker is the control batch's marker; Type is ControlNone for data
+	// batches.
+	Marker ControlMarker
+	// Aborted is set on a data batch of an aborted transaction under
+	// ReadCommitted. Its records were not decoded.
+	Aborted bool
+	// Raw is the batch's bytes in the input, header included.
+	Raw []byte
+	// Position is the byte position of Raw in the input.
+	Position int
+}
+
+// Iterator decodes the record batches of one partition of a Fetch
+// response, one batch per Next. The zero value is ready for Reset. An
+// Iterator is not safe for concurrent use; reuse one (per goroutine) so
+// that its buffers stop growing and decoding allocates nothing.
+type Iterator struct {
+	o       Options
+	d       *compress.Decompressor
+	data    []byte
+	pos     int
+	err     error
+	partial bool
+	done    bool
+	b       Batch
+	recs    []Record
+	hdrs    []RecordHeader
+	buf     []byte
+	filter  AbortFilter
+}
+
+// Reset starts iterating over data, the RecordBatches bytes of one fetched
+// partition, and drops the previous batch. It copies o.Aborted.
+func (it *Iterator) Reset(data []byte, o Options) {
+	it.o = o
+	it.o.Aborted = nil
+	it.d = o.Decompressor
+	if it.d == nil {
+		it.d = defaultDecompressor()
+	}
+	it.data, it.pos, it.err, it.partial, it.done = data, 0, nil, false, false
+	it.b = Batch{}
+	if o.ReadCommitted {
+		it.filter.Reset(o.Aborted)
+	} else {
+		it.filter.Reset(nil)
+	}
+}
+
+// ResetFetch is Reset for a kmsg Fetch response partition: it iterates over
+// rp.RecordBatches with rp.AbortedTransactions, and takes the partition
+// from rp (o.Partition and o.Aborted are ignored).
+func (it *Iterator) ResetFetch(rp *kmsg.FetchResponseTopicPartition, o Options) {
+	o.Partition, o.Aborted = rp.Partition, nil
+	it.Reset(rp.RecordBatches, o)
+	if o.ReadCommitted {
+		txns := it.filter.txns[:0]
+		for i := range rp.AbortedTransactions {
+			txns = append(txns, AbortedTransaction{rp.AbortedTransactions[i].ProducerID, rp.AbortedTransactions[i].FirstOffset})
+		}
+		it.filter.Reset(txns) // copies onto itself
+	}
+}
+
+// Next decodes the next batch and reports whether there is one. It returns
+// false at the end of the input, before a trailing partial batch
+// (Partial), or on an error (Err); the batch that failed is not yielded.
+func (it *Iterator) Next() bool {
+	if it.err != nil || it.done {
+		return false
+	}
+	rem := it.data[it.pos:]
+	if len(rem) == 0 {
+		it.done = true
+		return false
+	}
+	if len(rem) < LogOverhead {
+		it.partial, it.done = true, true
+		return false
+	}
+	base := int64(binary.BigEndian.Uint64(rem))
+	length := int32(binary.BigEndian.Uint32(rem[offLength:]))
+	if length < minLegacyLength {
+		return it.fail(base, errCorrupt, fmt.Sprintf("batch length %d is below the minimum %d", length, minLegacyLength))
+	}
+	if int64(len(rem)) < LogOverhead+int64(length) {
+		it.partial, it.done = true, true
+		return false
+	}
+	raw := rem[:LogOverhead+int(length)]
+	switch magic := int8(raw[offMagic]); {
+	case magic == 0 || magic == 1:
+		return it.fail(base, errors.ErrUnsupportedMagic, fmt.Sprintf("message format v%d (magic %d) is not decoded", magic, magic))
+	case magic != Magic:
+		return it.fail(base, errCorrupt, fmt.Sprintf("unknown magic %d", magic))
+	case length < minLength:
+		return it.fail(base, errCorrupt, fmt.Sprintf("batch length %d is below the v2 minimum %d", length, minLength))
+	}
+	if !it.decode(raw) {
+		return false
+	}
+	it.pos += len(raw)
+	return true
+}
+
+// Batch returns the batch of the last successful Next. It is owned by the
+// Iterator and overwritten by the next Next or Reset.
+func (it *Iterator) Batch() *Batch { return &it.b }
+
+// Err returns the error that stopped the iteration, a *DecodeError, or nil.
+func (it *Iterator) Err() error { return it.err }
+
+// Consumed returns how many bytes of the input the yielded batches span:
+// the position a caller can drop up to. It never exceeds the input length.
+func (it *Iterator) Consumed() int { return it.pos }
+
+// Partial reports whether the iteration stopped before a trailing batch that
+// is cut off (a fetch response may end in a partial batch).
+func (it *Iterator) Partial() bool { return it.partial }
+
+func (it *Iterator) fail(offset int64, err error, reason string) bool {
+	it.err = &DecodeError{
+		Topic:     it.o.Topic,
+		Partition: it.o.Partition,
+		Offset:    offset,
+		Position:  it.pos,
+		Reason:    reason,
+		Err:       err,
+	}
+	it.done = true
+	return false
+}
+
+// decode validates and decodes the complete v2 batch raw into it.b.
+func (it *Iterator) decode(raw []byte) bool {
+	b := &it.b
+	h := &b.Header
+	readHeader(raw, h)
+	b.Records, b.Aborted, b.Raw, b.Position = nil, false, raw, it.pos
+	b.Marker = ControlMarker{Type: ControlNone, CoordinatorEpoch: -1}
+	if crc := crc32.Checksum(raw[offAttributes:], castagnoli); crc != h.CRC {
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("CRC mismatch: stored %#08x, computed %#08x", h.CRC, crc))
+	}
+	switch {
+	case h.BaseOffset < 0:
+		return it.fail(h.BaseOffset, errCorrupt, "negative base offset")
+	case h.NumRecords < 0:
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("negative record count %d", h.NumRecords))
+	case h.LastOffsetDelta < 0:
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("negative last offset delta %d", h.LastOffsetDelta))
+	case h.LastOffsetDelta < h.NumRecords-1:
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d records cannot have distinct offsets in a last offset delta of %d", h.NumRecords, h.LastOffsetDelta))
+	case h.BaseOffset > math.MaxInt64-1-int64(h.LastOffsetDelta):
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("last offset delta %d overflows the offset", h.LastOffsetDelta))
+	case !h.Attributes.Codec().Valid():
+		return it.fail(h.BaseOffset, &compress.Error{Op: "decompress", Codec: h.Attributes.Codec(), Err: compress.ErrUnknownCodec}, "unknown compression codec")
+	}
+	control := h.Attributes.Control()
+	if !control {
+		if it.o.ReadCommitted && it.filter.Aborted(h, b.Marker) {
+			b.Aborted = true
+			return true
+		}
+		if h.LastOffset() < it.o.StartOffset {
+			return true
+		}
+	}
+	recs, ok := it.decodeRecords(h, raw[HeaderSize:])
+	if !ok {
+		return false
+	}
+	if control {
+		if len(recs) > 0 {
+			m, ok := parseControl(recs[0].Key, recs[0].Value)
+			if !ok {
+				return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("control record key (%d bytes) or value (%d bytes) too short", len(recs[0].Key), len(recs[0].Value)))
+			}
+			b.Marker = m
+		}
+		if it.o.ReadCommitted {
+			it.filter.Aborted(h, b.Marker)
+		}
+		if !it.o.KeepControl {
+			return true
+		}
+	}
+	// Offsets are strictly increasing: skip the prefix below the start.
+	i := 0
+	for i < len(recs) && recs[i].Offset < it.o.StartOffset {
+		i++
+	}
+	if i < len(recs) {
+		b.Records = recs[i:]
+	}
+	return true
+}
+
+// decodeRecords decompresses and parses the h.NumRecords records of
+// payload, checking that they fill it exactly.
+func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
+	n := int(h.NumRecords)
+	data := payload
+	if codec := h.Attributes.Codec(); codec != compress.None && (n > 0 || len(payload) > 0) {
+		out, err := it.d.Decompress(it.buf[:0], payload, codec)
+		if err != nil {
+			return nil, it.fail(h.BaseOffset, err, "records do not decompress")
+		}
+		it.buf = out
+		data = out
+		if it.o.Retain {
+			data = append([]byte(nil), out...)
+		}
+	}
+	if n > len(data)/minRecordSize {
+		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record count %d cannot fit in %d bytes of records", n, len(data)))
+	}
+	if n == 0 {
+		if len(data) > 0 {
+			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of 0 records", len(data)))
+		}
+		return nil, true
+	}
+	var recs []Record
+	if it.o.Retain {
+		recs = make([]Record, n)
+		it.hdrs = nil
+	} else {
+		if cap(it.recs) < n {
+			it.recs = make([]Record, n)
+		}
+		recs = it.recs[:n]
+		it.hdrs = it.hdrs[:0]
+	}
+	p := parser{h: h, data: data}
+	for i := range recs {
+		if !p.record(&recs[i], &it.hdrs) {
+			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
+		}
+	}
+	if p.p != len(data) {
+		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
+	}
+	return recs, true
+}

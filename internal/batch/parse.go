@@ -1,0 +1,189 @@
+package batch
+
+import (
+	"fmt"
+	"slices"
+)
+
+// What went wrong in a record, for parser.reason.
+const (
+	failTruncated = iota + 1
+	failOverflow
+	failNegative
+	failPastEnd
+	failHeaderCount
+	failLengthMismatch
+	failOffsetDelta
+	failEmpty
+)
+
+// parser reads the records of one batch from its uncompressed bytes.
+type parser struct {
+	h    *Header
+	data []byte
+	p    int   // start of the next record
+	n    int   // records read
+	prev int32 // offset delta of the previous record
+
+	// Set on failure.
+	code  int
+	field string
+	val   int64
+}
+
+func (p *parser) failVarint(field string, q int) bool {
+	p.field = field
+	if q == errOverflow {
+		p.code = failOverflow
+	} else {
+		p.code = failTruncated
+	}
+	return false
+}
+
+func (p *parser) failWith(code int, field string, v int64) bool {
+	p.code, p.field, p.val = code, field, v
+	return false
+}
+
+// reason describes the failure of the last record call.
+func (p *parser) reason() string {
+	switch p.code {
+	case failTruncated:
+		return p.field + " varint runs past the end of the record"
+	case failOverflow:
+		return p.field + " varint overflows"
+	case failNegative:
+		return fmt.Sprintf("negative %s %d", p.field, p.val)
+	case failPastEnd:
+		if p.field == "record length" {
+			return fmt.Sprintf("record length %d runs past the end of the batch's records", p.val)
+		}
+		return fmt.Sprintf("%s of %d bytes runs past the end of the record", p.field, p.val)
+	case failEmpty:
+		return "empty record (no attributes byte)"
+	case failHeaderCount:
+		return fmt.Sprintf("header count %d cannot fit in the record", p.val)
+	case failLengthMismatch:
+		return fmt.Sprintf("record length mismatch: the fields end %d bytes from the declared end", p.val)
+	case failOffsetDelta:
+		return fmt.Sprintf("offset delta %d is not above the previous record's and within the last offset delta %d", p.val, p.h.LastOffsetDelta)
+	}
+	return "unknown failure"
+}
+
+// bytesField reads a nullable byte field of rec at q: nil for length -1, a
+// capacity-limited sub-slice otherwise.
+func (p *parser) bytesField(rec []byte, q int, field string) ([]byte, int, bool) {
+	l, q := readVarint(rec, q)
+	if q < 0 {
+		return nil, q, p.failVarint(field+" length", q)
+	}
+	if l < 0 {
+		if l == -1 {
+			return nil, q, true
+		}
+		return nil, q, p.failWith(failNegative, field+" length", int64(l))
+	}
+	if int(l) > len(rec)-q {
+		return nil, q, p.failWith(failPastEnd, field, int64(l))
+	}
+	end := q + int(l)
+	return rec[q:end:end], end, true
+}
+
+// record parses the next record into r, appending its headers to *hdrs.
+// Every field of r is written.
+func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
+	length, q := readVarint(p.data, p.p)
+	if q < 0 {
+		return p.failVarint("record length", q)
+	}
+	if length < 0 {
+		return p.failWith(failNegative, "record length", int64(length))
+	}
+	if int(length) > len(p.data)-q {
+		return p.failWith(failPastEnd, "record length", int64(length))
+	}
+	end := q + int(length)
+	rec := p.data[:end]
+	if q >= end {
+		return p.failWith(failEmpty, "", 0)
+	}
+	attrs := int8(rec[q])
+	tsDelta, q := readVarlong(rec, q+1)
+	if q < 0 {
+		return p.failVarint("timestamp delta", q)
+	}
+	offDelta, q := readVarint(rec, q)
+	if q < 0 {
+		return p.failVarint("offset delta", q)
+	}
+	key, q, ok := p.bytesField(rec, q, "key")
+	if !ok {
+		return false
+	}
+	value, q, ok := p.bytesField(rec, q, "value")
+	if !ok {
+		return false
+	}
+	nh, q := readVarint(rec, q)
+	if q < 0 {
+		return p.failVarint("header count", q)
+	}
+	var headers []RecordHeader
+	if nh != 0 {
+		if nh < 0 {
+			return p.failWith(failNegative, "header count", int64(nh))
+		}
+		// A header takes at least two bytes (key and value lengths).
+		if int(nh) > (end-q)/2 {
+			return p.failWith(failHeaderCount, "", int64(nh))
+		}
+		hs := slices.Grow(*hdrs, int(nh))
+		start := len(hs)
+		for range nh {
+			var hk, hv []byte
+			var kl int32
+			kl, q = readVarint(rec, q)
+			if q < 0 {
+				return p.failVarint("header key length", q)
+			}
+			if kl < 0 {
+				return p.failWith(failNegative, "header key length", int64(kl))
+			}
+			if int(kl) > end-q {
+				return p.failWith(failPastEnd, "header key", int64(kl))
+			}
+			hk = rec[q : q+int(kl) : q+int(kl)]
+			if hv, q, ok = p.bytesField(rec, q+int(kl), "header value"); !ok {
+				return false
+			}
+			hs = append(hs, RecordHeader{Key: hk, Value: hv})
+		}
+		*hdrs = hs
+		headers = hs[start:len(hs):len(hs)]
+	}
+	if q != end {
+		return p.failWith(failLengthMismatch, "", int64(end-q))
+	}
+	if (p.n > 0 && offDelta <= p.prev) || offDelta < 0 || offDelta > p.h.LastOffsetDelta {
+		return p.failWith(failOffsetDelta, "", int64(offDelta))
+	}
+	h := p.h
+	r.Offset = h.BaseOffset + int64(offDelta)
+	if h.Attributes&AttrLogAppendTime != 0 {
+		r.Timestamp = h.MaxTimestamp
+	} else {
+		r.Timestamp = h.BaseTimestamp + tsDelta
+	}
+	r.Key = key
+	r.Value = value
+	r.Headers = headers
+	r.LeaderEpoch = h.PartitionLeaderEpoch
+	r.Attributes = attrs
+	p.prev = offDelta
+	p.n++
+	p.p = end
+	return true
+}

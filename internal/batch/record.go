@@ -1,0 +1,36 @@
+package batch
+
+import "time"
+
+// RecordHeader is one record header. A decoded Key is never nil (Kafka
+// header keys are non-null strings); a nil Value is a null header value, a
+// non-nil empty Value an empty one.
+type RecordHeader struct {
+	Key   []byte
+	Value []byte
+}
+
+// Record is one record of a batch. Decoded slices alias the fetched bytes
+// or the Iterator's buffers; see Iterator for how long they stay valid.
+type Record struct {
+	// Offset is the record's absolute offset (base offset plus delta).
+	Offset int64
+	// Timestamp is in milliseconds since the Unix epoch: the base
+	// timestamp plus the record's delta, or the batch's MaxTimestamp for
+	// LogAppendTime batches.
+	Timestamp int64
+	// Key and Value are nil for a null key or value, and non-nil (possibly
+	// empty) otherwise.
+	Key   []byte
+	Value []byte
+	// Headers are the record headers, nil when there are none.
+	Headers []RecordHeader
+	// LeaderEpoch is the batch's partition leader epoch.
+	LeaderEpoch int32
+	// Attributes is the record-level attributes byte (unused by Kafka,
+	// kept so that re-encoding is exact).
+	Attributes int8
+}
+
+// Time returns Timestamp as a time.Time.
+func (r *Record) Time() time.Time { return time.UnixMilli(r.Timestamp) }

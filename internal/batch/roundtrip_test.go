@@ -1,0 +1,292 @@
+package batch
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kepoch/kepoch/internal/compress"
+)
+
+func TestRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := []struct {
+		name      string
+		n, size   int
+		spec      func(Spec) Spec
+		mutate    func([]Record)
+		wantTSMax bool // every record carries MaxTimestamp (LogAppendTime)
+	}{
+		{name: "one record", n: 1, size: 10},
+		{name: "small", n: 10, size: 100},
+		{name: "many records", n: 5000, size: 50},
+		{name: "large values", n: 3, size: 300 << 10},
+		{name: "nil and empty key and value", n: 4, size: 5, mutate: func(r []Record) {
+			r[0].Key, r[0].Value = nil, nil
+			r[1].Key, r[1].Value = []byte{}, []byte{}
+			r[2].Key, r[2].Value = nil, []byte{}
+			r[3].Key, r[3].Value = []byte{}, nil
+		}},
+		{name: "headers", n: 3, size: 5, mutate: func(r []Record) {
+			r[0].Headers = []RecordHeader{{Key: []byte("a"), Value: nil}, {Key: []byte("b"), Value: []byte{}}, {Key: []byte{}, Value: []byte("v")}}
+			r[1].Headers = nil
+			r[2].Headers = []RecordHeader{{Key: bytes.Repeat([]byte("k"), 300), Value: bytes.Repeat([]byte("v"), 70000)}}
+		}},
+		{name: "negative and large timestamp deltas", n: 4, size: 5, mutate: func(r []Record) {
+			r[0].Timestamp = 1_000_000
+			r[1].Timestamp = 0
+			r[2].Timestamp = -1 // NoTimestamp
+			r[3].Timestamp = 1 << 50
+		}},
+		{name: "offset gaps", n: 4, size: 5, mutate: func(r []Record) {
+			r[1].Offset += 10
+			r[2].Offset += 100
+			r[3].Offset += 100000
+		}},
+		{name: "transactional", n: 5, size: 10, spec: func(s Spec) Spec { s.Transactional = true; return s }},
+		{name: "log append time", n: 5, size: 10, wantTSMax: true, spec: func(s Spec) Spec { s.LogAppendTime = true; return s }},
+		{name: "no producer", n: 5, size: 10, spec: func(s Spec) Spec {
+			s.ProducerID, s.ProducerEpoch, s.BaseSequence = NoProducerID, NoProducerEpoch, NoSequence
+			return s
+		}},
+		{name: "high base offset", n: 5, size: 10, spec: func(s Spec) Spec { s.BaseOffset = math.MaxInt64 - 100; return s }},
+	}
+	for _, codec := range compress.Codecs {
+		for _, tc := range cases {
+			t.Run(codec.String()+"/"+tc.name, func(t *testing.T) {
+				s := specAt(1000, codec)
+				if tc.spec != nil {
+					s = tc.spec(s)
+				}
+				recs := genRecords(rng, s.BaseOffset, tc.n, tc.size)
+				if tc.mutate != nil {
+					tc.mutate(recs)
+				}
+				raw := buildBatch(t, s, recs)
+				bs, err, it := decodeAll(t, raw, Options{Topic: "t", Partition: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(bs) != 1 || it.Consumed() != len(raw) || it.Partial() {
+					t.Fatalf("%d batches, consumed %d of %d, partial %v", len(bs), it.Consumed(), len(raw), it.Partial())
+				}
+				h := bs[0].Header
+				maxTS := recs[0].Timestamp
+				for _, r := range recs {
+					maxTS = max(maxTS, r.Timestamp)
+				}
+				want := Header{
+					BaseOffset: s.BaseOffset, Length: int32(len(raw) - LogOverhead), PartitionLeaderEpoch: s.PartitionLeaderEpoch,
+					Magic: 2, CRC: h.CRC, Attributes: s.attributes(), LastOffsetDelta: int32(recs[len(recs)-1].Offset - s.BaseOffset),
+					BaseTimestamp: recs[0].Timestamp, MaxTimestamp: maxTS, ProducerID: s.ProducerID, ProducerEpoch: s.ProducerEpoch,
+					BaseSequence: s.BaseSequence, NumRecords: int32(len(recs)),
+				}
+				if h != want {
+					t.Fatalf("header\n got %+v\nwant %+v", h, want)
+				}
+				if tc.wantTSMax {
+					for i := range recs {
+						recs[i].Timestamp = maxTS
+					}
+				}
+				for i := range bs[0].Records {
+					if r := bs[0].Records[i]; r.LeaderEpoch != s.PartitionLeaderEpoch {
+						t.Fatalf("record %d leader epoch %d", i, r.LeaderEpoch)
+					}
+				}
+				checkRecords(t, bs[0].Records, recs)
+			})
+		}
+	}
+}
+
+// TestAppendBatchExact re-encodes decoded batches with AppendBatch and
+// checks that uncompressed ones come out byte for byte identical.
+func TestAppendBatchExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, codec := range compress.Codecs {
+		recs := genRecords(rng, 50, 20, 30)
+		raw := buildBatch(t, specAt(50, codec), recs)
+		bs, err, _ := decodeAll(t, raw, Options{KeepControl: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := AppendBatch(nil, &bs[0].Header, bs[0].Records, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if codec == compress.None && !bytes.Equal(again, raw) {
+			t.Fatalf("re-encoding differs:\n%x\n%x", again, raw)
+		}
+		bs2, err, _ := decodeAll(t, again, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRecords(t, bs2[0].Records, recs)
+	}
+}
+
+func TestBuilderReuse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	b := NewBuilder(nil)
+	var fetch []byte
+	var want []Record
+	base := int64(0)
+	for i, codec := range []compress.Codec{compress.Zstd, compress.None, compress.LZ4, compress.Gzip, compress.Snappy, compress.Zstd} {
+		recs := genRecords(rng, base, 10+i*7, 40)
+		b.Reset(specAt(base, codec))
+		for j := range recs {
+			if err := b.Append(recs[j].Timestamp, recs[j].Key, recs[j].Value, recs[j].Headers); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b.Len() != len(recs) || b.Size() <= HeaderSize {
+			t.Fatalf("Len %d Size %d", b.Len(), b.Size())
+		}
+		var err error
+		if fetch, err = b.AppendFinished(fetch); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, recs...)
+		base += int64(len(recs))
+	}
+	bs, err, it := decodeAll(t, fetch, Options{})
+	if err != nil || len(bs) != 6 || it.Consumed() != len(fetch) {
+		t.Fatalf("err %v, %d batches, consumed %d/%d", err, len(bs), it.Consumed(), len(fetch))
+	}
+	checkRecords(t, allRecords(bs), want)
+}
+
+func TestBuilderErrors(t *testing.T) {
+	b := NewBuilder(nil)
+	if err := b.Append(0, nil, nil, nil); err == nil {
+		t.Fatal("Append before Reset succeeded")
+	}
+	b.Reset(DefaultSpec())
+	if _, err := b.Finish(); err == nil {
+		t.Fatal("empty batch finished")
+	}
+	if err := b.AppendAt(5, 0, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []int32{5, 4, -1} {
+		if err := b.AppendAt(d, 0, nil, nil, nil); err == nil {
+			t.Fatalf("offset delta %d after 5 accepted", d)
+		}
+	}
+	b.Reset(DefaultSpec())
+	if err := b.Append(math.MaxInt64, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(-2, nil, nil, nil); err == nil {
+		t.Fatal("timestamp delta overflow accepted")
+	}
+	if _, err := AppendBatch(nil, &Header{BaseOffset: 0}, []Record{{Offset: 1 << 40}}, nil); err == nil {
+		t.Fatal("offset delta overflow accepted")
+	}
+}
+
+func TestRecordSizeBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	recs := genRecords(rng, 0, 200, 60)
+	b := NewBuilder(nil)
+	b.Reset(DefaultSpec())
+	for i := range recs {
+		before := b.Size()
+		if err := b.Append(recs[i].Timestamp, recs[i].Key, recs[i].Value, recs[i].Headers); err != nil {
+			t.Fatal(err)
+		}
+		if added, bound := b.Size()-before, RecordSize(recs[i].Key, recs[i].Value, recs[i].Headers); added > bound || added < bound-10 {
+			t.Fatalf("record %d added %d bytes, RecordSize says %d", i, added, bound)
+		}
+	}
+}
+
+func TestSetProducer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	recs := genRecords(rng, 0, 5, 10)
+	raw := buildBatch(t, specAt(0, compress.Zstd), recs)
+	if err := SetProducer(raw, 99, 4, 1234); err != nil {
+		t.Fatal(err)
+	}
+	bs, err, _ := decodeAll(t, raw, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := bs[0].Header; h.ProducerID != 99 || h.ProducerEpoch != 4 || h.BaseSequence != 1234 || h.LastSequence() != 1238 {
+		t.Fatalf("header %+v", h)
+	}
+	checkRecords(t, bs[0].Records, recs)
+	if err := SetProducer(raw[:len(raw)-1], 1, 1, 1); err == nil {
+		t.Fatal("SetProducer on a cut batch succeeded")
+	}
+}
+
+func TestLastSequence(t *testing.T) {
+	for _, tc := range []struct {
+		base, delta, want int32
+	}{
+		{0, 0, 0},
+		{10, 4, 14},
+		{math.MaxInt32, 0, math.MaxInt32},
+		{math.MaxInt32, 1, 0},
+		{math.MaxInt32 - 2, 5, 2},
+		{NoSequence, 5, NoSequence},
+	} {
+		h := Header{BaseSequence: tc.base, LastOffsetDelta: tc.delta}
+		if got := h.LastSequence(); got != tc.want {
+			t.Errorf("LastSequence(%d+%d) = %d, want %d", tc.base, tc.delta, got, tc.want)
+		}
+	}
+}
+
+func TestStartOffset(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var fetch []byte
+	var all []Record
+	for base := int64(100); base < 130; base += 10 {
+		recs := genRecords(rng, base, 10, 20)
+		fetch = append(fetch, buildBatch(t, specAt(base, compress.LZ4), recs)...)
+		all = append(all, recs...)
+	}
+	for _, start := range []int64{0, 100, 105, 109, 110, 125, 129, 130, 500} {
+		bs, err, _ := decodeAll(t, fetch, Options{StartOffset: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) != 3 {
+			t.Fatalf("start %d: %d batches, want all 3 yielded", start, len(bs))
+		}
+		var want []Record
+		for _, r := range all {
+			if r.Offset >= start {
+				want = append(want, r)
+			}
+		}
+		checkRecords(t, allRecords(bs), want)
+	}
+}
+
+// TestReuseInvalidates documents the default buffer reuse: a compressed
+// batch's keys are overwritten by the next batch, but not with Retain.
+func TestReuseInvalidates(t *testing.T) {
+	mk := func(base int64, v string) []byte {
+		return buildBatch(t, specAt(base, compress.Zstd), []Record{{Offset: base, Value: []byte(v)}})
+	}
+	fetch := append(mk(0, "first"), mk(1, "other")...)
+	for _, retain := range []bool{false, true} {
+		var it Iterator
+		it.Reset(fetch, Options{Retain: retain})
+		if !it.Next() {
+			t.Fatal(it.Err())
+		}
+		v := it.Batch().Records[0].Value
+		if !it.Next() {
+			t.Fatal(it.Err())
+		}
+		if got := string(v); (got == "first") != retain {
+			t.Fatalf("retain %v: first value reads %q after the next batch", retain, got)
+		}
+	}
+}
