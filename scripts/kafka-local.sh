@@ -52,7 +52,7 @@ fetch() {
   log "fetching Kafka $VERSION jars with Maven into $LIB (once)"
   rm -rf "$LIB"
   mkdir -p "$LIB"
-  mvn -B -q -f "$HERE/kafka/pom.xml" package \
+  mvn -B -q -Dstyle.color=never -f "$HERE/kafka/pom.xml" package \
     -Dkafka.version="$VERSION" -Dkepoch.lib="$LIB" >&2 || die "Maven could not fetch Kafka $VERSION"
   rm -rf "$HERE/kafka/target"
   for j in "kafka_2.13-$VERSION" "kafka-clients-$VERSION" log4j-core log4j-slf4j2-impl scala-library; do

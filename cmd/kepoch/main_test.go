@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestDemoRunsAndShowsLineage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"demo"}, &out, &errOut); code != 0 {
+		t.Fatalf("demo exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"embedded Kafka", "leader epoch 2", "epoch   1: ends at offset 20", "epoch   0: ends at offset 10"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), nil, &out, &errOut); code != 2 {
+		t.Errorf("no command: exit %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"nope"}, &out, &errOut); code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"epochs"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "-topic is required") {
+		t.Errorf("epochs without -topic: exit %d, stderr %q", code, errOut.String())
+	}
+}
