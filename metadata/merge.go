@@ -1,0 +1,447 @@
+package metadata
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+)
+
+// The merge rules, applied per partition by merge (all pure: the same state
+// and answer always give the same new state and events):
+//
+//  1. An answer with leader epoch -1 never replaces a known epoch: the
+//     cached partition is kept unchanged (a leaderless window, or a broker
+//     that has no epoch, franz-go #1331). It does not count as a rewind.
+//     When no epoch is known either, the answer is adopted.
+//  2. A higher epoch, or any epoch when none was known, is adopted with its
+//     leader, replicas, ISR and offline replicas.
+//  3. The same epoch is adopted (replicas and ISR may have changed).
+//  4. A lower epoch is rejected (KIP-232: stale metadata from a lagging
+//     broker) and the cached partition kept, unless n consecutive answers
+//     have reported a lower epoch for the partition (n = the refresher's
+//     Confirmations, default 5; 0 = never): then the latest is adopted
+//     (franz-go #119: after an unclean election a broker briefly exposed
+//     a higher epoch and died; the surviving cluster's lower epoch is real).
+//     Any answer at or above the cached epoch resets the count; an answer
+//     with epoch -1 leaves it alone.
+//  5. A topic whose ID changed (both IDs known) is a new incarnation: all
+//     its partitions are replaced whatever their epochs, counters reset.
+//  6. A partition answer with an error code other than
+//     REPLICA_NOT_AVAILABLE has no usable leader: its leader is taken as -1
+//     (the epoch rules above still decide whether it is adopted).
+//  7. Partitions missing from an answer keep their cached state (a broker
+//     that does not know about added partitions yet).
+//  8. A topic-level error keeps the cached partitions and records the
+//     error on the topic. UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (or
+//     absence from an all-topics answer) n consecutive times removes the
+//     partitions (0 = never).
+//  9. Epochs from Metadata answers below v9 are not trusted (KAFKA-9212)
+//     and read as -1.
+//
+// Every leader or epoch change that is adopted yields one Event.
+
+// state is one immutable snapshot of the cache. merge and applyHint return a
+// new state and never modify their input, so readers may hold a *state
+// without locks.
+type state struct {
+	brokers    []Broker // sorted by NodeID
+	controller int32
+	clusterID  string
+	topics     map[string]*topicState
+}
+
+type topicState struct {
+	Topic
+	rewinds []int // per partition: consecutive answers with a lower epoch
+	missing int   // consecutive answers saying the topic does not exist
+}
+
+func emptyState() *state {
+	return &state{controller: -1, topics: map[string]*topicState{}}
+}
+
+// response is a decoded Metadata answer.
+type response struct {
+	all        bool // the request asked for all topics
+	brokers    []Broker
+	controller int32
+	clusterID  string
+	topics     []respTopic
+}
+
+type respTopic struct {
+	name       string
+	id         TopicID
+	internal   bool
+	err        error
+	partitions []respPartition
+}
+
+type respPartition struct {
+	partition int32
+	leader    int32
+	epoch     int32
+	replicas  []int32
+	isr       []int32
+	offline   []int32
+	err       error
+}
+
+// decode turns a kmsg answer into a response (rules 6 and 9). It returns
+// the answer's top-level error (Metadata v13+) if there is one.
+func decode(resp *kmsg.MetadataResponse, all bool) (*response, error) {
+	if err := errors.FromCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	trusted := resp.GetVersion() >= 9
+	out := &response{all: all, controller: resp.ControllerID}
+	if resp.ClusterID != nil {
+		out.clusterID = *resp.ClusterID
+	}
+	for _, b := range resp.Brokers {
+		br := Broker{NodeID: b.NodeID, Host: b.Host, Port: b.Port}
+		if b.Rack != nil {
+			br.Rack = *b.Rack
+		}
+		out.brokers = append(out.brokers, br)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic == "" {
+			continue // an ID-only answer (UNKNOWN_TOPIC_ID) names no topic
+		}
+		rt := respTopic{name: *t.Topic, id: TopicID(t.TopicID), internal: t.IsInternal, err: errors.FromCode(t.ErrorCode)}
+		for _, p := range t.Partitions {
+			rp := respPartition{
+				partition: p.Partition,
+				leader:    p.Leader,
+				epoch:     p.LeaderEpoch,
+				replicas:  slices.Clone(p.Replicas),
+				isr:       slices.Clone(p.ISR),
+				offline:   slices.Clone(p.OfflineReplicas),
+				err:       errors.FromCode(p.ErrorCode),
+			}
+			if !trusted || rp.epoch < 0 {
+				rp.epoch = -1
+			}
+			if rp.leader < 0 || (rp.err != nil && !errors.Is(rp.err, errors.ErrReplicaNotAvailable)) {
+				rp.leader = -1
+			}
+			rt.partitions = append(rt.partitions, rp)
+		}
+		out.topics = append(out.topics, rt)
+	}
+	return out, nil
+}
+
+// merge applies one answer to prev. n is the number of consecutive answers
+// needed to believe a lower epoch or a topic's removal (0: never).
+func merge(prev *state, in *response, n int) (*state, []Event) {
+	next := &state{
+		brokers:    prev.brokers,
+		controller: prev.controller,
+		clusterID:  prev.clusterID,
+		topics:     make(map[string]*topicState, len(prev.topics)+len(in.topics)),
+	}
+	for name, t := range prev.topics {
+		next.topics[name] = t
+	}
+	if len(in.brokers) > 0 {
+		next.brokers = slices.Clone(in.brokers)
+		sort.Slice(next.brokers, func(i, j int) bool { return next.brokers[i].NodeID < next.brokers[j].NodeID })
+	}
+	if in.controller >= 0 {
+		next.controller = in.controller
+	}
+	if in.clusterID != "" {
+		next.clusterID = in.clusterID
+	}
+
+	var events []Event
+	seen := make(map[string]bool, len(in.topics))
+	for _, rt := range in.topics {
+		if seen[rt.name] {
+			continue
+		}
+		seen[rt.name] = true
+		nt, evs := mergeTopic(prev.topics[rt.name], rt, n)
+		next.topics[rt.name] = nt
+		events = append(events, evs...)
+	}
+	if in.all {
+		// Absent from an answer listing every topic: the topic is gone.
+		var absent []string
+		for name := range prev.topics {
+			if !seen[name] {
+				absent = append(absent, name)
+			}
+		}
+		sort.Strings(absent)
+		for _, name := range absent {
+			nt, evs := mergeTopic(prev.topics[name], respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n)
+			next.topics[name] = nt
+			events = append(events, evs...)
+		}
+	}
+	return next, events
+}
+
+func mergeTopic(old *topicState, rt respTopic, n int) (*topicState, []Event) {
+	if rt.err != nil {
+		return mergeTopicError(old, rt, n)
+	}
+	recreated := old != nil && !old.ID.IsZero() && !rt.id.IsZero() && old.ID != rt.id
+	if old == nil || len(old.Partitions) == 0 || recreated {
+		return freshTopic(old, rt, recreated)
+	}
+
+	nt := old.clone()
+	nt.Err = nil
+	nt.missing = 0
+	nt.Internal = rt.internal
+	if nt.ID.IsZero() && !rt.id.IsZero() {
+		nt.ID = rt.id
+		for i := range nt.Partitions {
+			nt.Partitions[i].TopicID = rt.id
+		}
+	}
+	oldLen := len(nt.Partitions)
+	nt.grow(rt)
+
+	var events []Event
+	for _, rp := range sortedPartitions(rt.partitions) {
+		i := int(rp.partition)
+		if i >= oldLen {
+			nt.Partitions[i] = partitionFrom(nt.Name, nt.ID, rp)
+			events = append(events, event(PartitionAdded, FromMetadata, placeholder(nt.Name, nt.ID, rp.partition), nt.Partitions[i]))
+			continue
+		}
+		np, rewinds, kind := mergePartition(nt.Partitions[i], nt.rewinds[i], rp, n)
+		if kind != 0 {
+			events = append(events, event(kind, FromMetadata, nt.Partitions[i], np))
+		}
+		nt.Partitions[i] = np
+		nt.rewinds[i] = rewinds
+	}
+	return nt, events
+}
+
+// mergePartition applies rules 1-4 to one partition. It returns the new
+// partition, the new rewind count and the kind of event, 0 for none.
+func mergePartition(old Partition, rewinds int, rp respPartition, n int) (Partition, int, EventKind) {
+	cand := old
+	cand.Leader = rp.leader
+	cand.LeaderEpoch = rp.epoch
+	cand.Replicas = rp.replicas
+	cand.ISR = rp.isr
+	cand.OfflineReplicas = rp.offline
+	changed := cand.Leader != old.Leader || cand.LeaderEpoch != old.LeaderEpoch
+
+	switch {
+	case rp.epoch < 0 && old.LeaderEpoch >= 0:
+		return old, rewinds, 0 // rule 1
+	case rp.epoch < 0, old.LeaderEpoch < 0, rp.epoch >= old.LeaderEpoch:
+		if changed {
+			return cand, 0, LeaderChanged // rules 1 (nothing known), 2, 3
+		}
+		return cand, 0, 0
+	}
+	rewinds++ // rule 4
+	if n > 0 && rewinds >= n {
+		return cand, 0, EpochRewound
+	}
+	return old, rewinds, 0
+}
+
+func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event) {
+	var nt *topicState
+	if old == nil {
+		nt = &topicState{Topic: Topic{Name: rt.name, ID: rt.id}}
+	} else {
+		nt = old.clone()
+	}
+	nt.Err = rt.err
+	if !errors.Is(rt.err, errors.ErrUnknownTopicOrPartition) && !errors.Is(rt.err, errors.ErrUnknownTopicID) {
+		nt.missing = 0
+		return nt, nil
+	}
+	nt.missing++
+	if n <= 0 || nt.missing < n || len(nt.Partitions) == 0 {
+		return nt, nil
+	}
+	events := make([]Event, 0, len(nt.Partitions))
+	for _, p := range nt.Partitions {
+		gone := p
+		gone.Leader, gone.LeaderEpoch = -1, -1
+		events = append(events, event(PartitionRemoved, FromMetadata, p, gone))
+	}
+	nt.Partitions, nt.rewinds = nil, nil
+	return nt, events
+}
+
+// freshTopic builds a topic seen for the first time, or a new incarnation.
+func freshTopic(old *topicState, rt respTopic, recreated bool) (*topicState, []Event) {
+	nt := &topicState{Topic: Topic{Name: rt.name, ID: rt.id, Internal: rt.internal}}
+	if old != nil && rt.id.IsZero() {
+		nt.ID = old.ID
+	}
+	nt.grow(rt)
+	for i := range nt.Partitions {
+		nt.Partitions[i] = placeholder(nt.Name, nt.ID, int32(i))
+	}
+	kind := PartitionAdded
+	if recreated {
+		kind = TopicRecreated
+	}
+	answered := make([]bool, len(nt.Partitions))
+	for _, rp := range sortedPartitions(rt.partitions) {
+		nt.Partitions[rp.partition] = partitionFrom(nt.Name, nt.ID, rp)
+		answered[rp.partition] = true
+	}
+	var events []Event
+	for i, np := range nt.Partitions {
+		prev := placeholder(nt.Name, nt.ID, int32(i))
+		if recreated && i < len(old.Partitions) {
+			prev = old.Partitions[i]
+		}
+		// Every partition of a new incarnation is reported, even one the
+		// answer skipped; a first sighting reports what was answered.
+		if answered[i] || recreated {
+			events = append(events, event(kind, FromMetadata, prev, np))
+		}
+	}
+	if recreated {
+		for i := len(nt.Partitions); i < len(old.Partitions); i++ {
+			p := old.Partitions[i]
+			gone := p
+			gone.TopicID = nt.ID
+			gone.Leader, gone.LeaderEpoch = -1, -1
+			events = append(events, event(PartitionRemoved, FromMetadata, p, gone))
+		}
+	}
+	return nt, events
+}
+
+// applyHint applies a KIP-951 CurrentLeader hint: adopted only if the topic
+// and partition are cached, the hint names a leader and an epoch, and the
+// epoch is newer than the cached one.
+func applyHint(prev *state, topic string, partition, leader, epoch int32) (*state, *Event) {
+	t := prev.topics[topic]
+	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) || leader < 0 || epoch < 0 {
+		return prev, nil
+	}
+	old := t.Partitions[partition]
+	if old.LeaderEpoch >= 0 && epoch <= old.LeaderEpoch {
+		return prev, nil
+	}
+	nt := t.clone()
+	np := old
+	np.Leader, np.LeaderEpoch = leader, epoch
+	nt.Partitions[partition] = np
+	nt.rewinds[partition] = 0
+
+	next := *prev
+	next.topics = make(map[string]*topicState, len(prev.topics))
+	for name, ts := range prev.topics {
+		next.topics[name] = ts
+	}
+	next.topics[topic] = nt
+	ev := event(LeaderChanged, FromHint, old, np)
+	return &next, &ev
+}
+
+func (t *topicState) clone() *topicState {
+	c := *t
+	c.Partitions = slices.Clone(t.Partitions)
+	c.rewinds = slices.Clone(t.rewinds)
+	if len(c.rewinds) < len(c.Partitions) {
+		c.rewinds = append(c.rewinds, make([]int, len(c.Partitions)-len(c.rewinds))...)
+	}
+	return &c
+}
+
+// grow extends the partition slices to cover every partition in rt.
+func (t *topicState) grow(rt respTopic) {
+	size := len(t.Partitions)
+	for _, rp := range rt.partitions {
+		if int(rp.partition)+1 > size {
+			size = int(rp.partition) + 1
+		}
+	}
+	for i := len(t.Partitions); i < size; i++ {
+		t.Partitions = append(t.Partitions, placeholder(t.Name, t.ID, int32(i)))
+	}
+	for len(t.rewinds) < size {
+		t.rewinds = append(t.rewinds, 0)
+	}
+}
+
+func sortedPartitions(ps []respPartition) []respPartition {
+	out := make([]respPartition, 0, len(ps))
+	seen := make(map[int32]bool, len(ps))
+	for _, p := range ps {
+		if p.partition < 0 || seen[p.partition] {
+			continue
+		}
+		seen[p.partition] = true
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].partition < out[j].partition })
+	return out
+}
+
+func placeholder(topic string, id TopicID, partition int32) Partition {
+	return Partition{Topic: topic, TopicID: id, Partition: partition, Leader: -1, LeaderEpoch: -1}
+}
+
+func partitionFrom(topic string, id TopicID, rp respPartition) Partition {
+	return Partition{
+		Topic: topic, TopicID: id, Partition: rp.partition,
+		Leader: rp.leader, LeaderEpoch: rp.epoch,
+		Replicas: rp.replicas, ISR: rp.isr, OfflineReplicas: rp.offline,
+	}
+}
+
+func event(kind EventKind, src Source, prev, next Partition) Event {
+	return Event{
+		Kind: kind, Source: src,
+		Topic: next.Topic, TopicID: next.TopicID, Partition: next.Partition,
+		PrevLeader: prev.Leader, PrevLeaderEpoch: prev.LeaderEpoch,
+		Leader: next.Leader, LeaderEpoch: next.LeaderEpoch,
+	}
+}
+
+// lookup returns the partition and, if it has no usable leader or is not
+// cached, why.
+func (s *state) lookup(topic string, partition int32) (Partition, error) {
+	t := s.topics[topic]
+	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) {
+		err := error(errors.ErrUnknownTopicOrPartition)
+		if t != nil && t.Err != nil && len(t.Partitions) == 0 {
+			err = t.Err
+		}
+		return placeholder(topic, TopicID{}, partition), err
+	}
+	p := t.Partitions[partition]
+	if p.Leader < 0 {
+		return p, errors.ErrLeaderNotAvailable
+	}
+	return p, nil
+}
+
+func (s *state) topic(name string) (Topic, error) {
+	t := s.topics[name]
+	if t == nil {
+		return Topic{Name: name}, errors.ErrUnknownTopicOrPartition
+	}
+	if len(t.Partitions) == 0 {
+		err := t.Err
+		if err == nil {
+			err = errors.ErrUnknownTopicOrPartition
+		}
+		return t.Topic, err
+	}
+	return t.Topic, nil
+}

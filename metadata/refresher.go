@@ -1,0 +1,463 @@
+package metadata
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+)
+
+// Refresher owns the metadata cache of one transport and the one goroutine
+// that refreshes it. Any number of consumers and producers share it; all
+// methods are safe for concurrent use.
+//
+// Reads (Lookup, Topic, Brokers) load an immutable snapshot and never block.
+// Refreshes happen on one goroutine: Trigger and Refresh only ask for one,
+// and every request asked for before a round trip starts is served by that
+// round trip. Requests arriving while a round trip is in flight are served
+// by the next one (the answer in flight may predate the error that caused
+// them).
+type Refresher struct {
+	cfg cfg
+	req kmsg.Requestor
+
+	cur     atomic.Pointer[state]
+	writeMu sync.Mutex // serializes state writers (merge, ApplyHint) and their event dispatch
+
+	mu       sync.Mutex
+	interest map[string]int // watched topic -> number of watchers
+	all      int            // number of WatchAll watchers
+	pending  Reason         // reasons asked for since the last round trip started
+	waiters  []chan error   // Refresh calls waiting for the next round trip
+	changed  chan struct{}  // closed and replaced after each round trip or hint
+	closed   bool
+	stats    Stats
+
+	subsMu sync.Mutex
+	subs   map[*Subscription]struct{}
+
+	wake      chan struct{} // capacity 1: "pending changed"
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// Stats describes the refresher's round trips.
+type Stats struct {
+	RoundTrips  uint64    // Metadata requests sent
+	Failures    uint64    // round trips that failed
+	LastReasons Reason    // the reasons the latest round trip served
+	LastRefresh time.Time // end of the latest successful round trip, on the refresher's clock
+	LastErr     error     // the latest round trip's error, nil if it succeeded
+}
+
+// NewRefresher returns a refresher that sends Metadata requests through
+// req and starts its goroutine. req is normally the transport's
+// *kgo.Client: its Request method sends Metadata to any broker and feeds
+// kgo's broker table, which Client.Broker(id) needs. No request is sent
+// until a topic is watched, a refresh is asked for or MaxAge passes. Close
+// stops it.
+func NewRefresher(req kmsg.Requestor, opts ...Opt) *Refresher {
+	c := defaultCfg()
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Refresher{
+		cfg:      c,
+		req:      req,
+		interest: map[string]int{},
+		changed:  make(chan struct{}),
+		subs:     map[*Subscription]struct{}{},
+		wake:     make(chan struct{}, 1),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+	}
+	r.cur.Store(emptyState())
+	r.wg.Add(1)
+	go r.run()
+	return r
+}
+
+// Close stops the refresher: the round trip in flight is cancelled, Refresh
+// and WaitFor calls return ErrClosed, subscriptions end. When Close returns
+// the refresher's goroutine has exited. Lookups keep answering from the last
+// snapshot. Close is idempotent.
+func (r *Refresher) Close() {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		waiters := r.waiters
+		r.waiters = nil
+		r.mu.Unlock()
+		close(r.done)
+		r.cancel()
+		for _, w := range waiters {
+			w <- errors.ErrClosed
+		}
+	})
+	r.wg.Wait()
+}
+
+// Watch registers interest in topics: refreshes ask for every watched
+// topic (and only those, unless WatchAll is in effect). Watching a topic
+// the cache does not hold triggers a refresh. Interest is counted: the
+// returned function releases this call's interest (once; later calls do
+// nothing). A released topic stays cached, with its epochs, but is no
+// longer refreshed.
+func (r *Refresher) Watch(topics ...string) (unwatch func()) {
+	r.mu.Lock()
+	st := r.cur.Load()
+	missing := false
+	for _, t := range topics {
+		r.interest[t]++
+		if st.topics[t] == nil {
+			missing = true
+		}
+	}
+	r.mu.Unlock()
+	if missing {
+		r.Trigger(ReasonWatch)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, t := range topics {
+				if r.interest[t]--; r.interest[t] <= 0 {
+					delete(r.interest, t)
+				}
+			}
+		})
+	}
+}
+
+// WatchAll makes refreshes ask for every topic in the cluster while at
+// least one WatchAll is in effect. Topics absent from such an answer count
+// as unknown (see Confirmations). It triggers a refresh.
+func (r *Refresher) WatchAll() (unwatch func()) {
+	r.mu.Lock()
+	r.all++
+	r.mu.Unlock()
+	r.Trigger(ReasonWatch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			r.all--
+			r.mu.Unlock()
+		})
+	}
+}
+
+// Trigger asks for a refresh and returns at once. Triggers are coalesced:
+// all those made before a round trip starts share it, and the round trip
+// starts no sooner than the backoff allows (see Backoff). Reason 0 means
+// ReasonManual. Trigger after Close does nothing.
+func (r *Refresher) Trigger(reason Reason) {
+	if reason == 0 {
+		reason = ReasonManual
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.pending |= reason
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Refresh asks for a refresh and waits for the round trip that serves it (one
+// that starts after the call), returning that round trip's error. It shares
+// the round trip with any concurrent triggers. Reason 0 means ReasonManual.
+func (r *Refresher) Refresh(ctx context.Context, reason Reason) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if reason == 0 {
+		reason = ReasonManual
+	}
+	ch := make(chan error, 1)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return errors.ErrClosed
+	}
+	r.pending |= reason
+	r.waiters = append(r.waiters, ch)
+	r.mu.Unlock()
+	r.poke()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return errors.ErrClosed
+	}
+}
+
+// ApplyHint applies a KIP-951 CurrentLeader hint (from a Fetch or Produce
+// answer carrying NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH) directly to
+// the cache, without a round trip. It is applied, and a LeaderChanged event
+// with Source FromHint emitted, only if the partition is cached, leader and
+// epoch are not -1, and epoch is newer than the cached epoch. It reports
+// whether it was applied.
+func (r *Refresher) ApplyHint(topic string, partition, leader, epoch int32) bool {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	next, ev := applyHint(r.cur.Load(), topic, partition, leader, epoch)
+	if ev == nil {
+		return false
+	}
+	r.cur.Store(next)
+	r.dispatch([]Event{*ev})
+	r.mu.Lock()
+	r.signalLocked()
+	r.mu.Unlock()
+	return true
+}
+
+// Lookup returns the cached partition. The error, a *errors.PartitionError
+// with Op "lookup", wraps ErrUnknownTopicOrPartition when the partition is
+// not cached (or the topic's own error, such as TOPIC_AUTHORIZATION_FAILED)
+// and ErrLeaderNotAvailable when it has no usable leader; the partition is
+// returned in that case too. Lookup never blocks and sends nothing.
+func (r *Refresher) Lookup(topic string, partition int32) (Partition, error) {
+	p, err := r.cur.Load().lookup(topic, partition)
+	if err != nil {
+		return p, &errors.PartitionError{Op: "lookup", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: p.LeaderEpoch, Err: err}
+	}
+	return p, nil
+}
+
+// Topic returns the cached topic: its ID (zero if the brokers do not send
+// IDs) and partitions (len is the partition count). The error wraps
+// ErrUnknownTopicOrPartition, or the topic's last error, when no partition
+// is cached.
+func (r *Refresher) Topic(name string) (Topic, error) {
+	t, err := r.cur.Load().topic(name)
+	if err != nil {
+		return t, &errors.PartitionError{Op: "lookup", Topic: name, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
+	}
+	return t, nil
+}
+
+// Brokers returns the brokers of the latest answer, sorted by node ID.
+func (r *Refresher) Brokers() []Broker {
+	return slices.Clone(r.cur.Load().brokers)
+}
+
+// Stats returns counters about round trips.
+func (r *Refresher) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+// WaitFor waits until the partition has a leader with leader epoch at least
+// minEpoch (-1: any epoch), triggering refreshes (ReasonWait, spaced by the
+// backoff) while it waits, and returns it. The topic is watched during the
+// call. If the topic's ID changes while waiting (the topic was recreated,
+// so minEpoch belongs to the old incarnation), it returns the new partition
+// and an error wrapping ErrTopicIDChanged. It returns ctx's error when ctx
+// ends and ErrClosed when the refresher is closed.
+func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpoch int32) (Partition, error) {
+	unwatch := r.Watch(topic)
+	defer unwatch()
+	var id TopicID
+	if t := r.cur.Load().topics[topic]; t != nil {
+		id = t.ID
+	}
+	for {
+		r.mu.Lock()
+		changed, closed := r.changed, r.closed
+		r.mu.Unlock()
+		if closed {
+			return Partition{}, errors.ErrClosed
+		}
+		p, err := r.cur.Load().lookup(topic, partition)
+		if !id.IsZero() && !p.TopicID.IsZero() && p.TopicID != id {
+			return p, &errors.PartitionError{Op: "wait", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: p.LeaderEpoch, Err: errors.ErrTopicIDChanged}
+		}
+		if id.IsZero() {
+			id = p.TopicID
+		}
+		if err == nil && p.LeaderEpoch >= minEpoch {
+			return p, nil
+		}
+		r.Trigger(ReasonWait)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-r.done:
+			return p, errors.ErrClosed
+		}
+	}
+}
+
+func (r *Refresher) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// signalLocked wakes everything waiting for a change. r.mu must be held.
+func (r *Refresher) signalLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// run is the refresher's goroutine.
+func (r *Refresher) run() {
+	defer r.wg.Done()
+	clock := r.cfg.clock
+	lastEnd := clock.Now()
+	nextAllowed := lastEnd
+	streak := 0
+	for {
+		r.mu.Lock()
+		pending := r.pending
+		r.mu.Unlock()
+
+		now := clock.Now()
+		var due time.Time
+		switch {
+		case pending != 0:
+			due = nextAllowed
+		case r.cfg.maxAge > 0:
+			due = lastEnd.Add(r.cfg.maxAge)
+		}
+		if !due.IsZero() && !now.Before(due) {
+			if now.Sub(nextAllowed) >= r.cfg.maxBackoff {
+				streak = 0 // idle long enough: start again from the minimum
+			}
+			changed, triggered, err := r.roundTrip()
+			if r.ctx.Err() != nil {
+				return
+			}
+			lastEnd = clock.Now()
+			switch {
+			case err != nil:
+				streak++
+			case changed:
+				streak = 0
+			case triggered:
+				streak++
+			}
+			streak = min(streak, 30)
+			nextAllowed = lastEnd.Add(backoff(streak, r.cfg.minBackoff, r.cfg.maxBackoff, r.cfg.jitter()))
+			continue
+		}
+
+		var fire <-chan time.Time
+		stop := func() bool { return false }
+		if !due.IsZero() {
+			fire, stop = clock.Timer(due.Sub(now))
+		}
+		select {
+		case <-r.wake:
+		case <-fire:
+		case <-r.ctx.Done():
+			stop()
+			return
+		}
+		stop()
+	}
+}
+
+// roundTrip sends one Metadata request and applies its answer. It reports
+// whether any event was emitted and whether the round trip served a
+// trigger (anything but the periodic refresh).
+func (r *Refresher) roundTrip() (changed, triggered bool, err error) {
+	r.mu.Lock()
+	reasons := r.pending
+	r.pending = 0
+	if reasons == 0 {
+		reasons = ReasonMaxAge
+	}
+	waiters := r.waiters
+	r.waiters = nil
+	req, all := r.requestLocked()
+	r.stats.RoundTrips++
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
+	kresp, err := r.req.Request(ctx, req)
+	cancel()
+	var decoded *response
+	if err == nil {
+		if resp, ok := kresp.(*kmsg.MetadataResponse); ok {
+			decoded, err = decode(resp, all)
+		} else {
+			err = fmt.Errorf("unexpected answer %T to a Metadata request", kresp)
+		}
+	}
+	if r.ctx.Err() != nil {
+		err = errors.ErrClosed
+	}
+	if err == nil {
+		r.writeMu.Lock()
+		next, events := merge(r.cur.Load(), decoded, r.cfg.confirmations)
+		r.cur.Store(next)
+		r.dispatch(events)
+		r.writeMu.Unlock()
+		changed = len(events) > 0
+	} else if err != errors.ErrClosed {
+		err = fmt.Errorf("metadata refresh: %w", err)
+	}
+
+	r.mu.Lock()
+	r.stats.LastReasons = reasons
+	r.stats.LastErr = err
+	if err != nil {
+		r.stats.Failures++
+		if !r.closed {
+			r.pending |= reasons&^ReasonMaxAge | ReasonRetry
+		}
+	} else {
+		r.stats.LastRefresh = r.cfg.clock.Now()
+	}
+	r.signalLocked()
+	r.mu.Unlock()
+	for _, w := range waiters {
+		w <- err
+	}
+	return changed, reasons&^ReasonMaxAge != 0, err
+}
+
+// requestLocked builds the Metadata request for the current interest.
+func (r *Refresher) requestLocked() (*kmsg.MetadataRequest, bool) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	if r.all > 0 {
+		req.Topics = nil // every topic
+		return req, true
+	}
+	names := make([]string, 0, len(r.interest))
+	for t := range r.interest {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	req.Topics = make([]kmsg.MetadataRequestTopic, 0, len(names)) // empty, not nil: brokers only
+	for _, name := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, t)
+	}
+	return req, false
+}
