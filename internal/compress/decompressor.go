@@ -94,6 +94,9 @@ func (d *Decompressor) Decompress(dst, src []byte, codec Codec) ([]byte, error) 
 }
 
 func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) {
+	if len(src) == 0 && codec != None && codec.Valid() {
+		return dst, errEmpty // every codec writes at least a header
+	}
 	switch codec {
 	case None:
 		if len(src) > d.max {
@@ -128,7 +131,9 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 		r := d.zstdPool.Get().(*zstdReader)
 		defer d.zstdPool.Put(r)
 		out, err := r.dec.DecodeAll(src, dst)
-		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		// A frame whose window is larger than the bound cannot be decoded
+		// within it either.
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
 			return dst, ErrTooLarge
 		}
 		if err != nil {
@@ -176,6 +181,9 @@ func readBounded(dst []byte, r io.Reader, max, srcLen int) ([]byte, error) {
 // xerialMagic starts a snappy payload framed the way the Java client's
 // xerial snappy-java library writes it.
 var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// errEmpty is the cause for an empty compressed payload.
+var errEmpty = errors.New("empty compressed payload")
 
 // errXerial is the cause for a malformed xerial framing.
 var errXerial = errors.New("malformed xerial snappy framing")
