@@ -71,7 +71,7 @@ func offsets(recs []Record) []int64 {
 func TestReadCommitted(t *testing.T) {
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		log, aborted, committed, all := txnLog(t, codec)
-		bs, err, _ := decodeAll(t, log, Options{ReadCommitted: true, Aborted: aborted})
+		bs, _, err := decodeAll(t, log, Options{ReadCommitted: true, Aborted: aborted})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,14 +108,14 @@ func TestReadCommitted(t *testing.T) {
 			t.Fatalf("position after the log %d, want 21", next)
 		}
 		// read_uncommitted sees every data record; KeepControl adds markers.
-		bs, err, _ = decodeAll(t, log, Options{Aborted: aborted})
+		bs, _, err = decodeAll(t, log, Options{Aborted: aborted})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := offsets(allRecords(bs)); !equalInt64(got, all) {
 			t.Fatalf("read_uncommitted offsets %v, want %v", got, all)
 		}
-		bs, err, _ = decodeAll(t, log, Options{KeepControl: true})
+		bs, _, err = decodeAll(t, log, Options{KeepControl: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestPartial(t *testing.T) {
 		ends = append(ends, len(fetch))
 	}
 	for cut := 0; cut <= len(fetch); cut++ {
-		bs, err, it := decodeAll(t, fetch[:cut], Options{})
+		bs, it, err := decodeAll(t, fetch[:cut], Options{})
 		if err != nil {
 			t.Fatalf("cut %d: %v", cut, err)
 		}
@@ -329,7 +329,7 @@ func TestCorrupt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Topic, tc.opts.Partition = "orders", 3
 			fetch := cat(prefix, tc.batch, prefix)
-			bs, err, it := decodeAll(t, fetch, tc.opts)
+			bs, it, err := decodeAll(t, fetch, tc.opts)
 			if err == nil {
 				t.Fatalf("no error; %d batches", len(bs))
 			}
@@ -366,7 +366,7 @@ func TestLegacyMessageSet(t *testing.T) {
 	body := cat([]byte{1, 0}, binary.BigEndian.AppendUint64(nil, 1234), []byte{0xff, 0xff, 0xff, 0xff}, []byte{0, 0, 0, 2}, []byte("hi"))
 	msg := cat(binary.BigEndian.AppendUint64(nil, 77), binary.BigEndian.AppendUint32(nil, uint32(4+len(body))),
 		binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(body)), body)
-	_, err, it := decodeAll(t, msg, Options{Topic: "old", Partition: 0})
+	_, it, err := decodeAll(t, msg, Options{Topic: "old", Partition: 0})
 	var de *DecodeError
 	if !errors.Is(err, errors.ErrUnsupportedMagic) || !errors.As(err, &de) || de.Offset != 77 || !strings.Contains(err.Error(), "offset 77") {
 		t.Fatalf("error %v", err)
@@ -385,7 +385,7 @@ func TestEmptyBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs, err, _ := decodeAll(t, raw, Options{})
+		bs, _, err := decodeAll(t, raw, Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", codec, err)
 		}
@@ -402,7 +402,7 @@ func TestControlMarkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs, err, _ := decodeAll(t, raw, Options{})
+		bs, _, err := decodeAll(t, raw, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

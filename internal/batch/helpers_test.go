@@ -110,7 +110,7 @@ func checkRecords(t *testing.T, got, want []Record) {
 }
 
 // decodeAll iterates over data and returns copies of every batch.
-func decodeAll(t testing.TB, data []byte, o Options) ([]Batch, error, *Iterator) {
+func decodeAll(t testing.TB, data []byte, o Options) ([]Batch, *Iterator, error) {
 	t.Helper()
 	var it Iterator
 	o.Retain = true
@@ -122,7 +122,7 @@ func decodeAll(t testing.TB, data []byte, o Options) ([]Batch, error, *Iterator)
 	if it.Consumed() > len(data) {
 		t.Fatalf("consumed %d of %d bytes", it.Consumed(), len(data))
 	}
-	return out, it.Err(), &it
+	return out, &it, it.Err()
 }
 
 // allRecords flattens the records of batches.

@@ -168,7 +168,7 @@ func TestOracleOursToKgo(t *testing.T) {
 					// end at or after it.
 					log, aborted := fetchFrom(log, aborted, tc.start, map[int64]int64{1: 8, 3: 17})
 					theirs := kgoDecode(t, log, aborted, tc.readCommitted, tc.keepControl, tc.start)
-					bs, err, _ := decodeAll(t, log, Options{Topic: "t", Partition: 3, Aborted: aborted,
+					bs, _, err := decodeAll(t, log, Options{Topic: "t", Partition: 3, Aborted: aborted,
 						ReadCommitted: tc.readCommitted, KeepControl: tc.keepControl, StartOffset: tc.start})
 					if err != nil {
 						t.Fatal(err)

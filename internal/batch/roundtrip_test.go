@@ -64,7 +64,7 @@ func TestRoundTrip(t *testing.T) {
 					tc.mutate(recs)
 				}
 				raw := buildBatch(t, s, recs)
-				bs, err, it := decodeAll(t, raw, Options{Topic: "t", Partition: 1})
+				bs, it, err := decodeAll(t, raw, Options{Topic: "t", Partition: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -108,7 +108,7 @@ func TestAppendBatchExact(t *testing.T) {
 	for _, codec := range compress.Codecs {
 		recs := genRecords(rng, 50, 20, 30)
 		raw := buildBatch(t, specAt(50, codec), recs)
-		bs, err, _ := decodeAll(t, raw, Options{KeepControl: true})
+		bs, _, err := decodeAll(t, raw, Options{KeepControl: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestAppendBatchExact(t *testing.T) {
 		if codec == compress.None && !bytes.Equal(again, raw) {
 			t.Fatalf("re-encoding differs:\n%x\n%x", again, raw)
 		}
-		bs2, err, _ := decodeAll(t, again, Options{})
+		bs2, _, err := decodeAll(t, again, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestBuilderReuse(t *testing.T) {
 		want = append(want, recs...)
 		base += int64(len(recs))
 	}
-	bs, err, it := decodeAll(t, fetch, Options{})
+	bs, it, err := decodeAll(t, fetch, Options{})
 	if err != nil || len(bs) != 6 || it.Consumed() != len(fetch) {
 		t.Fatalf("err %v, %d batches, consumed %d/%d", err, len(bs), it.Consumed(), len(fetch))
 	}
@@ -210,7 +210,7 @@ func TestSetProducer(t *testing.T) {
 	if err := SetProducer(raw, 99, 4, 1234); err != nil {
 		t.Fatal(err)
 	}
-	bs, err, _ := decodeAll(t, raw, Options{})
+	bs, _, err := decodeAll(t, raw, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestStartOffset(t *testing.T) {
 		all = append(all, recs...)
 	}
 	for _, start := range []int64{0, 100, 105, 109, 110, 125, 129, 130, 500} {
-		bs, err, _ := decodeAll(t, fetch, Options{StartOffset: start})
+		bs, _, err := decodeAll(t, fetch, Options{StartOffset: start})
 		if err != nil {
 			t.Fatal(err)
 		}
