@@ -350,6 +350,13 @@ func (r *Refresher) run() {
 			if r.ctx.Err() != nil {
 				return
 			}
+			// Pokes made before or during the round trip are stale: what
+			// they asked for is either served or still in r.pending, which
+			// the next iteration reads after this drain.
+			select {
+			case <-r.wake:
+			default:
+			}
 			lastEnd = clock.Now()
 			switch {
 			case err != nil:
