@@ -1,9 +1,105 @@
 // Package seek is the pure, I/O-free per-partition position and
-// epoch-lineage state machine of the kepoch consumer, and the SeekToNearest
-// resolution of KIP-320.
+// epoch-lineage state machine of the kepoch consumer (the client side of
+// KIP-320), and the SeekToNearest resolution.
 //
-// It has no network, no goroutines and no clock reads: the same state and the
-// same event always give the same actions. The consumer turns broker answers
-// into events, steps the machine, and turns the actions it returns into
-// requests.
+// It has no network, no goroutines and no clock reads: the same state and
+// the same event always give the same actions. The consumer turns broker
+// answers into events, steps the machine, and turns the actions it returns
+// into requests. Package seek is the only place in kepoch that decides
+// whether a log was truncated.
+//
+// # The loop
+//
+// Modelled on etcd raft's RawNode, one Partition per assigned partition:
+//
+//	p, _ := seek.NewPartition(cfg)          // cfg.IDs shared by all partitions
+//	p.Step(seek.LeaderChanged{...})        // from metadata, after every refresh
+//	acts := p.Step(seek.Assigned{Start: seek.AtEpoch(committed, committedEpoch)})
+//	for {
+//		for _, a := range acts {
+//			switch a.Kind {
+//			case seek.ActFetch:           // add a.Fetch to the next Fetch to a.Fetch.Leader
+//			case seek.ActValidate:        // add a.Validate to an OffsetForLeaderEpoch
+//			case seek.ActListOffsets:     // add a.List to a ListOffsets
+//			case seek.ActRefreshMetadata: // ask package metadata for a refresh
+//			case seek.ActReport:          // drop buffered records, surface a.Report
+//			case seek.ActHalt:            // surface; wait for the application to seek
+//			case seek.ActResolved:        // tell the application where SeekToNearest went
+//			}
+//		}
+//		ev := <-answers                   // BatchFetched… FetchCompleted, FetchFailed,
+//		acts = p.Step(ev)                 // DivergingEpoch, EpochEndOffset, ListedOffset,
+//	}                                     // LeaderChanged, Seek, Tick, …
+//
+// Every request action carries a RequestID and every answer event carries
+// the id of the request it answers. The machine has at most one request in
+// flight per partition; an answer with any other id is stale (a seek, a
+// reassignment, or a newer leader epoch came in between) and changes
+// nothing. This replaces the Java client's "is the position still the one
+// I asked about" comparisons and covers every race of that kind at once.
+//
+// Time is data: a request that failed with a retriable error is sent again
+// after Config.RetryTicks Tick events, or as soon as metadata names a newer
+// leader.
+//
+// # State
+//
+// A Partition holds the position (next offset, and the leader epoch of the
+// batch that held the last consumed record: Kafka's offsetEpoch, sent as
+// LastFetchedEpoch and committed), the leader (broker, epoch) from metadata,
+// the largest epoch it has seen from any source, the topic id, and a bounded
+// Lineage: for each epoch consumed, the first offset consumed in it.
+//
+// Fetch states follow Kafka's SubscriptionState: Initializing,
+// AwaitingReset (a ListOffsets is pending), AwaitingValidation (an
+// OffsetForLeaderEpoch is pending), Fetching, plus Halted (a break under
+// PolicyNone, or a fatal error; only a seek resumes). Pausing is a flag that
+// withholds Fetch actions.
+//
+// # Detection
+//
+// A position with an epoch is validated with OffsetForLeaderEpoch before
+// anything is fetched after an epoch-bearing seek or committed offset, a
+// leader or leader-epoch change, an OFFSET_OUT_OF_RANGE, or a batch whose
+// epoch is lower than the position's. Every Fetch also carries
+// LastFetchedEpoch, so a v12+ leader checks divergence in-band and answers
+// DivergingEpoch, which is handled exactly like an OffsetForLeaderEpoch
+// answer. A position without an epoch is never validated.
+//
+// One function, compare, judges a leader's answer (epoch E, end offset End)
+// for the position (offset c, epoch r): End ≥ c with E ≥ r is no
+// truncation; otherwise the candidate divergence point is End, or, when the
+// leader never had our epoch (E < r), min(End, the first offset we consumed
+// in an epoch above E) — a case Kafka's consumer misses when End ≥ c. The
+// candidate is exact when our record just below it has epoch E; when that
+// record has a smaller epoch the machine asks the leader again about that
+// epoch, as a follower does, until it finds the first replaced offset; when
+// the lineage does not reach that far the candidate is reported as a bound
+// (Kafka's precision). A -1/-1 answer is its own outcome, Unlocated: the
+// leader cannot say, so no offset is invented.
+//
+// # Breaks and policy
+//
+// Every break of the consumed lineage is reported once, as a Truncation
+// (ActReport), before any record of the new lineage is delivered: Diverged
+// (located), Unlocated (-1/-1), BelowLogStart (retention), PastLogEnd (no
+// epoch to locate with), Recreated (topic id changed). OFFSET_OUT_OF_RANGE
+// is classified: with an epoch, a divergence is ruled out first; then the
+// log start tells retention from a position past the end.
+//
+// PolicyEarliest and PolicyLatest move a Diverged position to the exact
+// divergence point — not to the log start or end — so nothing of the new
+// lineage is skipped and nothing of the old is delivered again; they reset
+// the other breaks through ListOffsets (earliest or latest; a recreated
+// topic always restarts at its earliest offset, its divergence point).
+// PolicyNone halts with the report until the application seeks; seeking to
+// the reported consumed offset continues without validating the diverged
+// epoch again (KIP-320), seeking with AtEpoch to the divergent position
+// continues in the new lineage.
+//
+// SeekToNearest (Start NearestTo) is resolved by Nearest: keep the offset if
+// the leader still has it in that epoch, else move to where that epoch ends.
+//
+// Errors are data here: the consumer maps a Truncation to
+// errors.LogTruncationError and a Halt to a partition error.
 package seek

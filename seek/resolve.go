@@ -1,0 +1,106 @@
+package seek
+
+// Nearest is the SeekToNearest resolution of KIP-320: given a position
+// (offset, epoch) that was read in epoch, and the leader's answer to
+// OffsetForLeaderEpoch(epoch), it returns where to continue: the offset
+// itself if the leader still has it (the epoch ends at or after it), else
+// the end of that epoch on the leader, which is the first offset of the next
+// larger epoch. The result is min(offset, answer.EndOffset), with the
+// leader's epoch.
+//
+// If the leader no longer has the epoch at all (it answers a smaller epoch)
+// and that smaller epoch ends at or after the offset, the offset is kept:
+// the leader's records there are ones the reader has not seen, so moving
+// forward would skip them. ok is false when the leader could not locate the
+// epoch (a -1/-1 answer): there is no nearest offset, and the caller falls
+// back to its reset policy.
+func Nearest(want Position, answer EpochEnd) (p Position, ok bool) {
+	if answer.Undefined() {
+		return Position{Offset: NoOffset, Epoch: NoEpoch}, false
+	}
+	if answer.EndOffset < want.Offset {
+		return Position{Offset: answer.EndOffset, Epoch: answer.Epoch}, true
+	}
+	return Position{Offset: want.Offset, Epoch: answer.Epoch}, true
+}
+
+// outcome is what one leader answer says about a checked position.
+type outcome uint8
+
+const (
+	// outConsistent: the leader has the checked position's epoch up to
+	// (at least) the checked offset.
+	outConsistent outcome = iota + 1
+	// outUndefined: the leader cannot locate the epoch (-1/-1).
+	outUndefined
+	// outExact: the log diverges exactly at verdict.at.
+	outExact
+	// outBound: the log diverges at or before verdict.at; the lineage
+	// cannot tell how far before.
+	outBound
+	// outRecheck: the log diverges at or before verdict.at; ask the leader
+	// about verdict.recheck (our epoch just below at) to find out.
+	outRecheck
+)
+
+type verdict struct {
+	out     outcome
+	at      Position // divergence candidate (offset, leader's epoch there)
+	recheck Position // outRecheck: (at.Offset, our epoch of record at.Offset-1)
+}
+
+// compare judges the leader's answer for epoch check.Epoch against the
+// consumed position check and the lineage of what was consumed. It is the
+// single place that decides truncation; the OffsetForLeaderEpoch path and
+// the in-band Fetch DivergingEpoch path both come here.
+//
+// With (E, End) the answer and (c, r) the check:
+//
+//   - E or End is -1: the leader cannot tell (undefined).
+//   - E ≥ r: the leader has our epoch. End ≥ c means nothing we consumed is
+//     gone (consistent); otherwise the candidate is End.
+//   - E < r: the leader never had our epochs above E, so every record we
+//     consumed in them is gone, as is every record of epoch E from End on:
+//     the candidate is min(End, first offset we consumed above E). Kafka's
+//     own consumer only compares End with c and misses the case End ≥ c
+//     (protocol.md §3.13, §6 item 8); the broker flags it in-band.
+//
+// The candidate d is then checked against our epoch of record d-1: if it is
+// E, both logs hold the same record there (same offset, same epoch) and
+// everything before it, so d is exact; if it is smaller, the leader must be
+// asked about that epoch too (a log that diverged twice, e.g. after two
+// unclean elections), exactly as a follower iterates; if the lineage does
+// not know, d is the best bound (what Kafka reports).
+func compare(check Position, answer EpochEnd, l *Lineage) verdict {
+	if answer.Undefined() {
+		return verdict{out: outUndefined}
+	}
+	c, r := check.Offset, check.Epoch
+	var d int64
+	if answer.Epoch >= r {
+		if answer.EndOffset >= c {
+			return verdict{out: outConsistent}
+		}
+		d = answer.EndOffset
+	} else {
+		if c <= 0 {
+			return verdict{out: outConsistent} // nothing consumed to lose
+		}
+		d = min(answer.EndOffset, l.firstAbove(answer.Epoch, c))
+		if d >= c {
+			return verdict{out: outConsistent}
+		}
+	}
+	at := Position{Offset: d, Epoch: answer.Epoch}
+	if d <= 0 {
+		return verdict{out: outExact, at: at}
+	}
+	ours, known := l.epochAt(d - 1)
+	switch {
+	case !known || ours > answer.Epoch:
+		return verdict{out: outBound, at: at}
+	case ours == answer.Epoch:
+		return verdict{out: outExact, at: at}
+	}
+	return verdict{out: outRecheck, at: at, recheck: Position{Offset: d, Epoch: ours}}
+}
