@@ -137,6 +137,9 @@ func NewCompressor(opts ...CompressorOption) (*Compressor, error) {
 		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(c.cfg.zstdLevel)),
 		zstd.WithEncoderConcurrency(1),
 		zstd.WithZeroFrames(true),
+		// The batch CRC-32C already covers the payload; like the Java
+		// producer, write no frame checksum.
+		zstd.WithEncoderCRC(false),
 	}
 	probe, err := zstd.NewWriter(nil, zstdOpts...)
 	if err != nil {

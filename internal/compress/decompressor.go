@@ -54,7 +54,11 @@ func NewDecompressor(maxSize int) (*Decompressor, error) {
 	d.lz4Pool.New = func() any { return &lz4Reader{r: lz4.NewReader(nil)} }
 	zstdOpts := []zstd.DOption{
 		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderLowmem(false),
+		// The record batch's CRC-32C covers the compressed payload and is
+		// checked before decompression; the frame checksum (which the
+		// Java producer does not write) would only cost a second pass.
+		zstd.IgnoreChecksum(true),
 		zstd.WithDecoderMaxMemory(uint64(maxSize)),
 	}
 	probe, err := zstd.NewReader(nil, zstdOpts...)
@@ -130,6 +134,12 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 	case Zstd:
 		r := d.zstdPool.Get().(*zstdReader)
 		defer d.zstdPool.Put(r)
+		// Room past the frame's declared size lets the decoder use its
+		// fast copy loops (which overrun by up to 32 bytes) to the end.
+		var zh zstd.Header
+		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(d.max) {
+			dst = growBy(dst, int(zh.FrameContentSize)+zstdSlack)
+		}
 		out, err := r.dec.DecodeAll(src, dst)
 		// A frame whose window is larger than the bound cannot be decoded
 		// within it either.
@@ -143,6 +153,9 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 	}
 	return dst, ErrUnknownCodec
 }
+
+// zstdSlack is the spare capacity kept past a zstd frame's content size.
+const zstdSlack = 1024
 
 // readBounded appends everything r yields to dst, failing with ErrTooLarge
 // past max bytes. srcLen sizes the first growth.

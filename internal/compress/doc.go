@@ -13,7 +13,9 @@
 // and read both raw and in the xerial framing ("\x82SNAPPY\x00" header, then
 // big-endian length-prefixed raw blocks) that the Java client and franz-go's
 // streaming producer write; lz4 is the LZ4 frame format; zstd is the zstd
-// frame format.
+// frame format. Our zstd frames carry no content checksum and zstd checksums
+// are not verified, like snappy blocks which have none: a record batch's
+// CRC-32C covers the compressed bytes and is checked before decompression.
 //
 // Every error returned is a *Error, which matches errors.ErrCompression under
 // errors.Is and names the codec and the direction; an output past the limit
