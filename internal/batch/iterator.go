@@ -282,14 +282,13 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 	var recs []Record
 	if it.o.Retain {
 		recs = make([]Record, n)
-		it.hdrs = nil
 	} else {
 		if cap(it.recs) < n {
 			it.recs = make([]Record, n)
 		}
 		recs = it.recs[:n]
-		it.hdrs = it.hdrs[:0]
 	}
+	it.hdrs = it.hdrs[:0]
 	p := parser{h: h, data: data}
 	for i := range recs {
 		if !p.record(&recs[i], &it.hdrs) {
@@ -298,6 +297,15 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 	}
 	if p.p != len(data) {
 		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
+	}
+	if it.o.Retain && len(it.hdrs) > 0 {
+		// Move the headers out of the reused slab, in record order.
+		hs := append([]RecordHeader(nil), it.hdrs...)
+		for i := range recs {
+			if k := len(recs[i].Headers); k > 0 {
+				recs[i].Headers, hs = hs[:k:k], hs[k:]
+			}
+		}
 	}
 	return recs, true
 }

@@ -96,6 +96,13 @@ func TestRoundTrip(t *testing.T) {
 					}
 				}
 				checkRecords(t, bs[0].Records, recs)
+				// The reusing (default) mode decodes the same records.
+				var reuse Iterator
+				reuse.Reset(raw, Options{})
+				if !reuse.Next() {
+					t.Fatal(reuse.Err())
+				}
+				checkRecords(t, reuse.Batch().Records, recs)
 			})
 		}
 	}
