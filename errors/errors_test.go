@@ -226,6 +226,8 @@ func TestPartitionError(t *testing.T) {
 			"lookup t[0]: kepoch: closed"},
 		{&errors.PartitionError{Op: "produce", Topic: "t", Partition: 1, Offset: -1, LeaderEpoch: 0, Err: nil},
 			"produce t[1] epoch 0: <nil>"},
+		{&errors.PartitionError{Op: "lookup", Topic: "t", Partition: -1, Offset: -1, LeaderEpoch: -1, Err: kerr.UnknownTopicOrPartition},
+			"lookup t: UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition."},
 	}
 	for _, tt := range tests {
 		if got := tt.err.Error(); got != tt.want {

@@ -8,7 +8,8 @@ import (
 // PartitionError records an error and the partition, position and operation
 // that caused it, in the style of io/fs.PathError.
 //
-// Offset and LeaderEpoch are -1 when they do not apply. Op names what kepoch
+// Partition, Offset and LeaderEpoch are -1 when they do not apply (an error
+// about a whole topic has Partition -1). Op names what kepoch
 // was doing: "fetch", "produce", "list-offsets", "validate" (an
 // OffsetForLeaderEpoch round trip), "commit", "lookup" (a metadata lookup)…
 type PartitionError struct {
@@ -25,9 +26,11 @@ func (e *PartitionError) Error() string {
 	b.WriteString(e.Op)
 	b.WriteByte(' ')
 	b.WriteString(e.Topic)
-	b.WriteByte('[')
-	b.WriteString(strconv.FormatInt(int64(e.Partition), 10))
-	b.WriteByte(']')
+	if e.Partition >= 0 {
+		b.WriteByte('[')
+		b.WriteString(strconv.FormatInt(int64(e.Partition), 10))
+		b.WriteByte(']')
+	}
 	if e.Offset >= 0 {
 		b.WriteString(" offset ")
 		b.WriteString(strconv.FormatInt(e.Offset, 10))

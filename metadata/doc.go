@@ -1,8 +1,56 @@
 // Package metadata owns the leader-epoch-aware view of the cluster shared by
-// kepoch consumers and producers: topics and their IDs, partitions with
-// leader, leader epoch, replicas and ISR, and brokers.
+// kepoch consumers and producers: topics with their IDs, partitions with
+// leader, leader epoch, replicas, ISR and offline replicas, and brokers.
 //
-// The merge of a Metadata answer into the cache is a pure function; the
-// refresher that issues Metadata requests is one goroutine owned by the
-// Refresher and stopped by Close.
+// # Driving loop
+//
+// One Refresher per transport (a *kgo.Client, used through kmsg.Requestor),
+// shared by every consumer and producer on it:
+//
+//	r := metadata.NewRefresher(client)
+//	defer r.Close()
+//	unwatch := r.Watch("orders")        // only watched topics are refreshed
+//	defer unwatch()
+//	sub := r.Subscribe("orders")        // leader/epoch changes, pushed
+//	defer sub.Close()
+//
+//	p, err := r.WaitFor(ctx, "orders", 3, -1) // a leader, any epoch
+//	// … send Fetch/Produce to p.Leader with CurrentLeaderEpoch p.LeaderEpoch …
+//	// on a partition error:
+//	if reason, ok := metadata.ReasonFor(err); ok {
+//		r.Trigger(reason)                 // coalesced, spaced, returns at once
+//	}
+//	// on a KIP-951 CurrentLeader hint:
+//	r.ApplyHint("orders", 3, hint.LeaderID, hint.LeaderEpoch)
+//	// later: r.Lookup("orders", 3) for the current leader and epoch,
+//	// or evs, _ := sub.Next(ctx) to react to each change.
+//
+// # Merge rules
+//
+// Answers are merged into the cache by a pure function (merge.go); the
+// rules, with their reasons, are listed there. In short: epoch -1 never
+// replaces a known epoch; a lower epoch is rejected (KIP-232) until
+// Confirmations (default 5) consecutive answers report a lower one, or at
+// once when the topic ID changed (topic recreated); epochs from Metadata
+// below v9 are not trusted; every adopted leader or epoch change is one
+// Event. KIP-951 hints are applied only when newer.
+//
+// # Refreshes
+//
+// The Refresher's one goroutine sends every Metadata request. Trigger and
+// Refresh ask for a round trip; all asks made before it starts share it,
+// asks made while it is in flight get the next one. Round trips are spaced
+// by a backoff with jitter (Backoff; 100 ms doubling to 1 s by default)
+// that grows with consecutive failures or fruitless triggered round trips,
+// and failed round trips are retried on their own. Without triggers, the
+// cache is refreshed every MaxAge (default 5 minutes). Clock and jitter can
+// be injected (WithClock, WithJitter).
+//
+// Reads (Lookup, Topic, Brokers) load an immutable snapshot and never block.
+// Subscriptions get events through their own unbounded queue and a
+// capacity-1 signal channel, so the refresher never waits for a reader.
+// Close cancels the round trip in flight and returns once the goroutine has
+// exited; WaitFor, Refresh and Subscription.Next then return ErrClosed.
+//
+// The package imports the standard library, kmsg and kepoch's errors.
 package metadata
