@@ -421,10 +421,14 @@ func (p *Partition) setPosition(pos Position) {
 	p.state = StateFetching
 }
 
+// startList asks for an offset. Classifying an OFFSET_OUT_OF_RANGE keeps
+// the position (it is what gets classified); any other listing replaces it.
 func (p *Partition) startList(spec ListSpec, ts int64, pur purpose) {
 	p.state = StateAwaitingReset
-	p.pos = Position{Offset: NoOffset, Epoch: NoEpoch}
-	p.lineage.reset()
+	if pur != purposeClassify {
+		p.pos = Position{Offset: NoOffset, Epoch: NoEpoch}
+		p.lineage.reset()
+	}
 	p.listSpec, p.listTS, p.lpurpose = spec, ts, pur
 	p.send()
 }
@@ -743,30 +747,38 @@ func (p *Partition) classified(logStart int64) {
 	p.state = StateFetching // the position is still ours while we decide
 	switch {
 	case logStart >= 0 && p.pos.Offset < logStart:
-		skipped := Range{From: p.pos.Offset, To: logStart}
-		if p.cfg.Policy == PolicyEarliest {
-			p.acts = append(p.acts, Action{Kind: ActReport, Report: Truncation{
-				Kind:      BelowLogStart,
-				Consumed:  p.pos,
-				Divergent: Position{Offset: NoOffset, Epoch: NoEpoch},
-				Replaced:  Range{From: p.pos.Offset, To: p.pos.Offset},
-				Skipped:   skipped,
-				Then:      ThenReset,
-			}})
-			p.forget()
-			p.setPosition(Position{Offset: logStart, Epoch: NoEpoch})
-			p.send()
-			return
-		}
-		p.broken(BelowLogStart, Range{From: p.pos.Offset, To: p.pos.Offset}, skipped)
+		p.brokenAt(BelowLogStart, Range{From: p.pos.Offset, To: p.pos.Offset}, Range{From: p.pos.Offset, To: logStart}, logStart)
 	case p.rangeOK:
 		// The leader vouched for our epoch up to the position and the
 		// position is not below the log start: a passing condition.
 		p.rangeOK = false
 		p.send()
 	default:
-		p.broken(PastLogEnd, Range{From: NoOffset, To: p.pos.Offset}, Range{})
+		p.brokenAt(PastLogEnd, Range{From: NoOffset, To: p.pos.Offset}, Range{}, logStart)
 	}
+}
+
+// brokenAt is broken when the log start is already known: under
+// PolicyEarliest the position moves there without another ListOffsets.
+func (p *Partition) brokenAt(kind BreakKind, replaced, skipped Range, logStart int64) {
+	if p.cfg.Policy != PolicyEarliest || logStart < 0 {
+		p.broken(kind, replaced, skipped)
+		return
+	}
+	if skipped.Empty() {
+		skipped = Range{From: p.pos.Offset, To: p.pos.Offset}
+	}
+	p.acts = append(p.acts, Action{Kind: ActReport, Report: Truncation{
+		Kind:      kind,
+		Consumed:  p.pos,
+		Divergent: Position{Offset: NoOffset, Epoch: NoEpoch},
+		Replaced:  replaced,
+		Skipped:   skipped,
+		Then:      ThenReset,
+	}})
+	p.forget()
+	p.setPosition(Position{Offset: logStart, Epoch: NoEpoch})
+	p.send()
 }
 
 // ---------------------------------------------------------------------------
