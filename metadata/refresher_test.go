@@ -4,6 +4,7 @@ import (
 	"context"
 	stderrors "errors"
 	"reflect"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -582,4 +583,32 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Close leaves no goroutine behind, counted with runtime.NumGoroutine, even
+// with waiters, subscribers and a round trip in flight.
+func TestRefresherCloseGoroutineDelta(t *testing.T) {
+	before := runtime.NumGoroutine()
+	clock := newFakeClock()
+	fc := newFakeCluster(clock)
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0})
+	r := NewRefresher(fc, WithClock(clock))
+	sub := r.Subscribe()
+	r.Watch("t")
+	if _, err := r.WaitFor(ctxBg, "t", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	fc.setGate(make(chan struct{}))
+	var wg sync.WaitGroup
+	for i := 0; i < 5; i++ {
+		wg.Add(3)
+		go func() { defer wg.Done(); _, _ = r.WaitFor(ctxBg, "t", 0, 99) }()
+		go func() { defer wg.Done(); _ = r.Refresh(ctxBg, 0) }()
+		go func() { defer wg.Done(); _, _ = sub.Next(ctxBg) }()
+	}
+	clock.Advance(time.Second)
+	fc.waitCalls(t, 2) // a round trip hangs in the gate
+	r.Close()
+	wg.Wait()
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 }
