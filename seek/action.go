@@ -224,7 +224,9 @@ type Truncation struct {
 	// too (this is the precision of Kafka's own LogTruncationException).
 	Exact bool
 	// Replaced is the delivered offsets that are no longer in the log:
-	// [Divergent, Consumed) for Diverged, [0, Consumed) for Recreated, and
+	// [Divergent, Consumed) for Diverged (from the first offset consumed
+	// if that is later: a reset or seek started above the divergence),
+	// [0, Consumed) for Recreated, and
 	// [?, Consumed) (From = NoOffset, an unknown suffix) for Unlocated and
 	// PastLogEnd; empty for BelowLogStart.
 	Replaced Range

@@ -31,6 +31,9 @@ type Lineage struct {
 	// claim: record claim.Start has epoch claim.Epoch, nothing known below.
 	// claim.Epoch is NoEpoch when there is none.
 	claim EpochStart
+	// partial: records were consumed before the first step that the
+	// lineage knows nothing about (a pre-v2 message set).
+	partial bool
 }
 
 func newLineage(max int) Lineage {
@@ -41,6 +44,7 @@ func newLineage(max int) Lineage {
 func (l *Lineage) reset() {
 	l.steps = l.steps[:0]
 	l.claim = EpochStart{Epoch: NoEpoch, Start: NoOffset}
+	l.partial = false
 }
 
 // root restarts the lineage at position p: if p has an epoch, record
@@ -59,6 +63,7 @@ func (l *Lineage) observe(epoch int32, from int64) {
 		// A pre-v2 message set: no epoch to remember, and what came
 		// before no longer describes the position.
 		l.reset()
+		l.partial = true
 		return
 	}
 	n := len(l.steps)
@@ -97,6 +102,16 @@ func (l *Lineage) epochAt(o int64) (int32, bool) {
 		return l.claim.Epoch, true
 	}
 	return NoEpoch, false
+}
+
+// consumedFrom returns the first offset consumed in this lineage, if the
+// lineage saw everything consumed since its root (no claim, nothing
+// forgotten).
+func (l *Lineage) consumedFrom() (int64, bool) {
+	if l.claim.Epoch >= 0 || l.partial || len(l.steps) == 0 {
+		return NoOffset, false
+	}
+	return l.steps[0].Start, true
 }
 
 // firstAbove returns an upper bound of the first consumed offset whose epoch

@@ -636,12 +636,16 @@ func (p *Partition) validated() {
 func (p *Partition) diverged(d Position, exact bool) {
 	p.narrowing = false
 	p.vpurpose = purposeNone
+	replaced := Range{From: d.Offset, To: p.pos.Offset}
+	if from, ok := p.lineage.consumedFrom(); ok && from > d.Offset {
+		replaced.From = from // nothing below was consumed in this lineage
+	}
 	t := Truncation{
 		Kind:      Diverged,
 		Consumed:  p.pos,
 		Divergent: d,
 		Exact:     exact,
-		Replaced:  Range{From: d.Offset, To: p.pos.Offset},
+		Replaced:  replaced,
 		Skipped:   Range{From: p.pos.Offset, To: p.pos.Offset},
 	}
 	if p.cfg.Policy == PolicyNone {

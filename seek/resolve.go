@@ -65,7 +65,8 @@ type verdict struct {
 //     own consumer only compares End with c and misses the case End ≥ c
 //     (protocol.md §3.13, §6 item 8); the broker flags it in-band.
 //
-// The candidate d is then checked against our epoch of record d-1: if it is
+// The candidate d is exact if nothing was consumed below it in this
+// lineage. Otherwise it is checked against our epoch of record d-1: if it is
 // E, both logs hold the same record there (same offset, same epoch) and
 // everything before it, so d is exact; if it is smaller, the leader must be
 // asked about that epoch too (a log that diverged twice, e.g. after two
@@ -92,7 +93,9 @@ func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 		}
 	}
 	at := Position{Offset: d, Epoch: answer.Epoch}
-	if d <= 0 {
+	if from, ok := l.consumedFrom(); d <= 0 || ok && d <= from {
+		// Nothing was consumed below d in this lineage: every consumed
+		// record is gone, and d is where the leader's log departs.
 		return verdict{out: outExact, at: at}
 	}
 	ours, known := l.epochAt(d - 1)
