@@ -1,0 +1,432 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/metadata"
+	"github.com/kepoch/kepoch/seek"
+)
+
+// Consumer reads assigned partitions with KIP-320 semantics: every record
+// carries its leader epoch, every position is validated against the leader
+// when its lineage may have changed, and every break of the consumed
+// lineage is reported once, before any record of the new lineage.
+//
+// Poll, Assign, Seek, SeekToNearest, Pause, Resume and Position may be
+// called from any goroutine. All partition state is stepped under one lock;
+// the goroutines that do I/O (one fetch loop per broker, one for offset
+// requests, one for metadata events, one ticker) are owned by the Consumer
+// and stopped by Close.
+type Consumer struct {
+	cfg       cfg
+	cl        *kgo.Client
+	ownClient bool
+	meta      *metadata.Refresher
+	ownMeta   bool
+	sub       *metadata.Subscription
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	ids      seek.RequestIDs
+	parts    map[TopicPartition]*part
+	watching map[string]func() // topic → unwatch
+	fetchers map[int32]*fetcher
+	offsets  *offsetRequests
+	ready    []*part // partitions with a buffered fetch answer, in arrival order
+	buffered int     // bytes of buffered fetch answers
+	events   []TruncationEvent
+	errs     []error
+	wake     chan struct{} // closed and replaced when Poll has something new
+	rounds   uint64        // metadata round trips last seen by the ticker
+	dec      *compress.Decompressor
+}
+
+// New creates a consumer. It assigns nothing; call Assign.
+func New(opts ...Opt) (*Consumer, error) {
+	c := &Consumer{cfg: defaultCfg()}
+	for _, o := range opts {
+		o.apply(&c.cfg)
+	}
+	if err := c.cfg.validate(); err != nil {
+		return nil, err
+	}
+	if c.cfg.client != nil {
+		c.cl = c.cfg.client
+	} else {
+		kopts := append([]kgo.Opt{kgo.SeedBrokers(c.cfg.seeds...)}, c.cfg.transportOpts...)
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: transport: %w", err)
+		}
+		c.cl, c.ownClient = cl, true
+	}
+	if c.cfg.meta != nil {
+		c.meta = c.cfg.meta
+	} else {
+		c.meta = metadata.NewRefresher(c.cl, metadata.MaxAge(c.cfg.metadataMaxAge))
+		c.ownMeta = true
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.parts = map[TopicPartition]*part{}
+	c.watching = map[string]func(){}
+	c.fetchers = map[int32]*fetcher{}
+	c.wake = make(chan struct{})
+	c.offsets = newOffsetRequests(c)
+	c.sub = c.meta.Subscribe()
+	c.goFn(c.metadataLoop)
+	c.goFn(c.tickLoop)
+	c.goFn(c.offsets.loop)
+	return c, nil
+}
+
+// goFn starts a goroutine owned by the consumer; Close waits for it.
+func (c *Consumer) goFn(fn func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
+// Close stops fetching, waits for every goroutine of the consumer to end
+// (or ctx to expire), and closes the transport and refresher it created.
+// Records buffered and not yet polled are dropped. Close is idempotent.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	for _, unwatch := range c.watching {
+		unwatch()
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+	c.cancel()
+	c.sub.Close()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if c.ownMeta {
+		c.meta.Close()
+	}
+	if c.ownClient {
+		c.cl.Close()
+	}
+	return err
+}
+
+// Assign replaces the assignment: partitions not listed are dropped (with
+// their buffered records), listed ones start at their Start. A partition
+// listed again restarts at its new Start.
+func (c *Consumer) Assign(as ...Assignment) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.ErrClosed
+	}
+	want := map[TopicPartition]Start{}
+	for _, a := range as {
+		if a.Topic == "" || a.Partition < 0 {
+			return fmt.Errorf("consumer: invalid assignment %q partition %d", a.Topic, a.Partition)
+		}
+		if err := validStart(a.Start); err != nil {
+			return fmt.Errorf("consumer: %s[%d]: %w", a.Topic, a.Partition, err)
+		}
+		want[TopicPartition{a.Topic, a.Partition}] = a.Start
+	}
+	for tp, p := range c.parts {
+		if _, ok := want[tp]; !ok {
+			p.revoke()
+			c.dropBufferLocked(p)
+			delete(c.parts, tp)
+		}
+	}
+	topics := map[string]bool{}
+	for tp := range want {
+		topics[tp.Topic] = true
+	}
+	for t, unwatch := range c.watching {
+		if !topics[t] {
+			unwatch()
+			delete(c.watching, t)
+		}
+	}
+	for t := range topics {
+		if _, ok := c.watching[t]; !ok {
+			c.watching[t] = c.meta.Watch(t)
+		}
+	}
+	for tp, start := range want {
+		p := c.parts[tp]
+		if p == nil {
+			var err error
+			if p, err = c.newPart(tp); err != nil {
+				return err
+			}
+			c.parts[tp] = p
+			if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
+				c.stepLocked(p, leaderChanged(mp))
+			}
+		}
+		c.dropBufferLocked(p)
+		c.stepLocked(p, seek.Assigned{Start: start})
+	}
+	c.meta.Trigger(metadata.ReasonWatch)
+	return nil
+}
+
+func validStart(s Start) error {
+	switch s.Kind {
+	case seek.StartAt, seek.StartNearest:
+		if s.Offset < 0 {
+			return fmt.Errorf("negative start offset %d", s.Offset)
+		}
+	case seek.StartEarliest, seek.StartLatest, seek.StartTimestamp:
+	default:
+		return fmt.Errorf("no start position (use At, AtEpoch, NearestTo, Earliest, Latest or AtTimestamp)")
+	}
+	return nil
+}
+
+func leaderChanged(mp metadata.Partition) seek.LeaderChanged {
+	return seek.LeaderChanged{Leader: mp.Leader, Epoch: mp.LeaderEpoch, TopicID: seek.TopicID(mp.TopicID)}
+}
+
+// Assigned returns the assigned partitions.
+func (c *Consumer) Assigned() []TopicPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]TopicPartition, 0, len(c.parts))
+	for tp := range c.parts {
+		out = append(out, tp)
+	}
+	return out
+}
+
+func (c *Consumer) part(topic string, partition int32) (*part, error) {
+	if c.closed {
+		return nil, errors.ErrClosed
+	}
+	p := c.parts[TopicPartition{topic, partition}]
+	if p == nil {
+		return nil, &errors.PartitionError{Op: "seek", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
+			Err: fmt.Errorf("partition not assigned")}
+	}
+	return p, nil
+}
+
+// Seek moves a partition's position to offset without an epoch: the
+// position is not validated against the leader (Kafka's seek(tp, offset)).
+// Records buffered for the partition are dropped. After a truncation report
+// with PolicyNone, seeking to the reported consumed offset continues from
+// there, accepting the loss (KIP-320).
+func (c *Consumer) Seek(topic string, partition int32, offset int64) error {
+	return c.SeekTo(topic, partition, At(offset))
+}
+
+// SeekTo moves a partition's position to any Start (an offset with its
+// epoch is validated before anything is fetched).
+func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
+	if err := validStart(s); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, err := c.part(topic, partition)
+	if err != nil {
+		return err
+	}
+	c.dropBufferLocked(p)
+	c.stepLocked(p, seek.Seek{Start: s})
+	c.signalLocked()
+	return nil
+}
+
+// SeekToNearest moves a partition to a stored position with the meaning
+// KIP-320 gives it: the offset itself if it still exists in that leader
+// epoch, else the first offset of the next larger epoch. It blocks until
+// the leader answered and returns the position the partition moved to. A
+// stored position without an epoch is used as is. When the leader cannot
+// locate the epoch, the partition's truncation policy decides (and the
+// break is reported by Poll).
+func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
+	c.mu.Lock()
+	p, err := c.part(topic, partition)
+	if err != nil {
+		c.mu.Unlock()
+		return Position{}, err
+	}
+	c.dropBufferLocked(p)
+	done := make(chan Position, 1)
+	p.nearest = done
+	c.stepLocked(p, seek.Seek{Start: NearestTo(om.Offset, om.LeaderEpoch)})
+	if om.LeaderEpoch < 0 {
+		p.nearest = nil
+		pos, _ := p.m.Position()
+		c.mu.Unlock()
+		return pos, nil
+	}
+	c.mu.Unlock()
+	select {
+	case pos := <-done:
+		return pos, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		if p.nearest == done {
+			p.nearest = nil
+		}
+		c.mu.Unlock()
+		return Position{}, ctx.Err()
+	case <-c.ctx.Done():
+		return Position{}, errors.ErrClosed
+	}
+}
+
+// Pause stops fetching the partitions; records already buffered for them are
+// kept but not returned until Resume. Validation and truncation reports go on.
+func (c *Consumer) Pause(tps ...TopicPartition) {
+	c.setPaused(tps, true)
+}
+
+// Resume undoes Pause.
+func (c *Consumer) Resume(tps ...TopicPartition) {
+	c.setPaused(tps, false)
+}
+
+func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tp := range tps {
+		if p := c.parts[tp]; p != nil && p.paused != paused {
+			p.paused = paused
+			c.stepLocked(p, seek.Paused{Paused: paused})
+		}
+	}
+	c.signalLocked()
+}
+
+// Position returns the partition's position: the next offset Poll will
+// return and the leader epoch of the last record it returned (the pair to
+// commit). ok is false when the partition has no position yet (its start is
+// being resolved) or is not assigned.
+func (c *Consumer) Position(topic string, partition int32) (pos Position, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[TopicPartition{topic, partition}]
+	if p == nil {
+		return Position{}, false
+	}
+	return p.m.Position()
+}
+
+// State returns the partition's fetch state (for diagnostics).
+func (c *Consumer) State(topic string, partition int32) (seek.State, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[TopicPartition{topic, partition}]
+	if p == nil {
+		return 0, false
+	}
+	return p.m.State(), true
+}
+
+// signalLocked wakes every Poll waiting for something new.
+func (c *Consumer) signalLocked() {
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+// Poll returns what the consumer has for the application: records, the
+// breaks detected since the last Poll, and partition errors. It blocks
+// until there is something or ctx ends (then it returns empty Fetches and
+// ctx's error).
+func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return Fetches{}, errors.ErrClosed
+		}
+		f := c.collectLocked()
+		wake := c.wake
+		c.mu.Unlock()
+		if !f.Empty() {
+			if fn := c.cfg.onTruncation; fn != nil {
+				for _, e := range f.Truncations {
+					fn(e)
+				}
+			}
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Fetches{}, ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+// tickLoop steps every partition's clock, and re-reports metadata to every
+// partition after each metadata round trip (repeated reports confirm an
+// epoch, see seek.LeaderChanged).
+func (c *Consumer) tickLoop() {
+	t := time.NewTicker(c.cfg.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		rounds := c.meta.Stats().RoundTrips
+		c.mu.Lock()
+		fresh := rounds != c.rounds
+		c.rounds = rounds
+		for _, p := range c.parts {
+			if fresh && p.m.State() != seek.StateFetching {
+				if mp, err := c.meta.Lookup(p.tp.Topic, p.tp.Partition); err == nil || mp.LeaderEpoch >= 0 {
+					c.stepLocked(p, leaderChanged(mp))
+				}
+			}
+			c.stepLocked(p, seek.Tick{})
+		}
+		c.mu.Unlock()
+	}
+}
+
+// metadataLoop turns metadata events into LeaderChanged steps.
+func (c *Consumer) metadataLoop() {
+	for {
+		evs, err := c.sub.Next(c.ctx)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		for _, ev := range evs {
+			p := c.parts[TopicPartition{ev.Topic, ev.Partition}]
+			if p == nil {
+				continue
+			}
+			c.stepLocked(p, seek.LeaderChanged{Leader: ev.Leader, Epoch: ev.LeaderEpoch, TopicID: seek.TopicID(ev.TopicID)})
+		}
+		c.mu.Unlock()
+	}
+}

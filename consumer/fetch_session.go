@@ -1,0 +1,119 @@
+package consumer
+
+// fetchSession is the client side of one KIP-227 incremental fetch session
+// with one broker. It decides which partitions a Fetch request must name and
+// which it must tell the broker to forget; it does no I/O.
+//
+// The broker keeps, per session, each partition's last requested fetch
+// parameters and answers an incremental request for every partition of the
+// session, named or not, leaving out partitions with nothing new. So:
+//
+//   - a partition whose parameters changed (every partition that received
+//     data has a new fetch offset) is named again;
+//   - a partition kepoch does not want fetched now (its data waits for Poll,
+//     it is paused, validating, or moved to another leader) is forgotten, or
+//     the broker would keep sending it data at a stale offset;
+//   - any session error, or a request that failed, starts over with a full
+//     request.
+type fetchSession struct {
+	enabled bool
+	id      int32
+	epoch   int32 // the epoch of the next request; 0 = full request, -1 = sessionless
+	sent    map[TopicPartition]fetchParams
+}
+
+// fetchParams are the per-partition fields the broker caches in a session.
+type fetchParams struct {
+	topicID            [16]byte
+	offset             int64
+	currentLeaderEpoch int32
+	lastFetchedEpoch   int32
+	maxBytes           int32
+}
+
+func newFetchSession(enabled bool) *fetchSession {
+	s := &fetchSession{enabled: enabled}
+	s.reset()
+	return s
+}
+
+// reset drops the session: the next request is a full one that asks for a
+// new session (or a sessionless one when sessions are disabled).
+func (s *fetchSession) reset() {
+	s.id = 0
+	s.epoch = 0
+	if !s.enabled {
+		s.epoch = -1
+	}
+	s.sent = map[TopicPartition]fetchParams{}
+}
+
+// plan is one request's session fields.
+type plan struct {
+	sessionID    int32
+	sessionEpoch int32
+	send         []TopicPartition // partitions the request names
+	forget       []TopicPartition // partitions the request tells the broker to forget
+	full         bool             // a full request: names everything wanted
+}
+
+// plan returns what the next request must carry to fetch exactly want.
+func (s *fetchSession) plan(want map[TopicPartition]fetchParams) plan {
+	p := plan{sessionID: s.id, sessionEpoch: s.epoch}
+	if s.id == 0 {
+		p.full = true
+		for tp := range want {
+			p.send = append(p.send, tp)
+		}
+		return p
+	}
+	for tp, w := range want {
+		if prev, ok := s.sent[tp]; !ok || prev != w {
+			p.send = append(p.send, tp)
+		}
+	}
+	for tp := range s.sent {
+		if _, ok := want[tp]; !ok {
+			p.forget = append(p.forget, tp)
+		}
+	}
+	return p
+}
+
+// answered records a successful answer to the request planned with p for
+// want: the broker's session id (0 when it created none).
+func (s *fetchSession) answered(p plan, want map[TopicPartition]fetchParams, sessionID int32) {
+	if !s.enabled {
+		return
+	}
+	if p.full {
+		s.sent = make(map[TopicPartition]fetchParams, len(want))
+	}
+	for _, tp := range p.forget {
+		delete(s.sent, tp)
+	}
+	for _, tp := range p.send {
+		s.sent[tp] = want[tp]
+	}
+	if sessionID == 0 {
+		// The broker keeps no session (too many sessions, or it closed
+		// ours): stay with full requests.
+		s.reset()
+		return
+	}
+	if p.full {
+		s.id = sessionID
+		s.epoch = 1
+		return
+	}
+	if sessionID != s.id {
+		// An incremental request answered for another session: the
+		// broker's view is unknown; start over.
+		s.reset()
+		return
+	}
+	s.epoch++
+	if s.epoch < 1 { // wrapped past MaxInt32
+		s.epoch = 1
+	}
+}

@@ -1,0 +1,269 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/seek"
+)
+
+// fetcher is the fetch loop of one broker: at most one Fetch in flight,
+// naming every partition whose machine wants a fetch from this broker, with
+// a KIP-227 session. It is started by the Consumer and ends with it.
+type fetcher struct {
+	c       *Consumer
+	id      int32
+	wake    chan struct{} // capacity 1
+	session *fetchSession
+}
+
+// fetcherLocked returns the fetch loop of broker id, starting it if needed.
+func (c *Consumer) fetcherLocked(id int32) *fetcher {
+	f := c.fetchers[id]
+	if f == nil {
+		f = &fetcher{c: c, id: id, wake: make(chan struct{}, 1), session: newFetchSession(c.cfg.sessions)}
+		c.fetchers[id] = f
+		if !c.closed {
+			c.goFn(f.loop)
+		}
+	}
+	return f
+}
+
+func (f *fetcher) wakeUp() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeFetchersLocked wakes every fetch loop (buffer space was freed).
+func (c *Consumer) wakeFetchersLocked() {
+	for _, f := range c.fetchers {
+		f.wakeUp()
+	}
+}
+
+// inflight is one partition of a Fetch being sent.
+type inflight struct {
+	p   *part
+	req seek.RequestID
+}
+
+func (f *fetcher) loop() {
+	c := f.c
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-f.wake:
+		}
+		for {
+			req, parts, pl, want := f.build()
+			if req == nil {
+				break
+			}
+			f.send(req, parts, pl, want)
+			if c.ctx.Err() != nil {
+				return
+			}
+		}
+	}
+}
+
+// build collects the partitions that want a fetch from this broker and
+// makes the request. It returns a nil request when there is nothing to
+// fetch or the buffer is full.
+func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan, map[TopicPartition]fetchParams) {
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.buffered >= c.cfg.maxBuffered {
+		return nil, nil, plan{}, nil
+	}
+	want := map[TopicPartition]fetchParams{}
+	parts := map[TopicPartition]inflight{}
+	for tp, p := range c.parts {
+		if p.fetch == nil || p.sent || p.fetch.Leader != f.id || p.paused || p.buf != nil {
+			continue
+		}
+		if p.topicID == ([16]byte{}) {
+			// Without the topic ID a Fetch v13+ cannot name the topic;
+			// wait for metadata.
+			c.meta.Trigger(refreshReason(seek.RefreshTopicID))
+			continue
+		}
+		p.sent = true
+		parts[tp] = inflight{p: p, req: p.fetch.Req}
+		want[tp] = fetchParams{
+			topicID: p.topicID, offset: p.fetch.Offset, currentLeaderEpoch: p.fetch.CurrentLeaderEpoch,
+			lastFetchedEpoch: p.fetch.LastFetchedEpoch, maxBytes: c.cfg.partMaxBytes,
+		}
+	}
+	if len(parts) == 0 && len(f.session.sent) == 0 {
+		return nil, nil, plan{}, nil
+	}
+	if len(parts) == 0 {
+		// Nothing wanted, but the session still holds partitions: forget
+		// them, or the broker would answer for them.
+		f.session.reset()
+		return nil, nil, plan{}, nil
+	}
+	pl := f.session.plan(want)
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(c.cfg.maxWait / time.Millisecond)
+	req.MinBytes = c.cfg.minBytes
+	req.MaxBytes = c.cfg.maxBytes
+	if c.cfg.readCommitted {
+		req.IsolationLevel = 1
+	}
+	req.SessionID = pl.sessionID
+	req.SessionEpoch = pl.sessionEpoch
+	byTopic := map[string]int{}
+	for _, tp := range pl.send {
+		w := want[tp]
+		i, ok := byTopic[tp.Topic]
+		if !ok {
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic, t.TopicID = tp.Topic, w.topicID
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			byTopic[tp.Topic] = i
+		}
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = tp.Partition
+		rp.FetchOffset = w.offset
+		rp.CurrentLeaderEpoch = w.currentLeaderEpoch
+		rp.LastFetchedEpoch = w.lastFetchedEpoch
+		rp.PartitionMaxBytes = w.maxBytes
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	forgot := map[string]int{}
+	for _, tp := range pl.forget {
+		prev := f.session.sent[tp]
+		i, ok := forgot[tp.Topic]
+		if !ok {
+			ft := kmsg.NewFetchRequestForgottenTopic()
+			ft.Topic, ft.TopicID = tp.Topic, prev.topicID
+			req.ForgottenTopics = append(req.ForgottenTopics, ft)
+			i = len(req.ForgottenTopics) - 1
+			forgot[tp.Topic] = i
+		}
+		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.Partition)
+	}
+	return req, parts, pl, want
+}
+
+// send issues the request and steps its answer into the partitions.
+func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight, pl plan, want map[TopicPartition]fetchParams) {
+	c := f.c
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout+c.cfg.maxWait)
+	resp, err := req.RequestWith(ctx, c.cl.Broker(int(f.id)))
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		f.session.reset()
+		code := seek.CodeNetworkException
+		switch err {
+		case kerr.FetchSessionIDNotFound, kerr.InvalidFetchSessionEpoch, kerr.FetchSessionTopicIDError:
+			// The session is gone: ask again with a full request.
+			for _, in := range parts {
+				if in.p.fetch != nil && in.p.fetch.Req == in.req {
+					in.p.sent = false
+				}
+			}
+			f.wakeUp()
+			return
+		}
+		if ke, ok := err.(*kerr.Error); ok {
+			code = seek.Code(ke.Code)
+		}
+		for _, in := range parts {
+			f.failLocked(in, code, seek.Leader{ID: seek.NoBroker, Epoch: seek.NoEpoch})
+		}
+		return
+	}
+	f.session.answered(pl, want, resp.SessionID)
+	names := map[[16]byte]string{}
+	for tp, w := range want {
+		names[w.topicID] = tp.Topic
+	}
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		name := t.Topic
+		if name == "" {
+			name = names[t.TopicID]
+		}
+		for j := range t.Partitions {
+			rp := &t.Partitions[j]
+			tp := TopicPartition{name, rp.Partition}
+			in, ok := parts[tp]
+			if !ok {
+				continue // a session partition we no longer ask for
+			}
+			delete(parts, tp)
+			f.answerLocked(in, rp)
+		}
+	}
+	// Partitions the answer left out (an incremental session omits those
+	// with nothing new): the fetch is over for them.
+	for _, in := range parts {
+		if in.p.fetch != nil && in.p.fetch.Req == in.req {
+			in.p.fetch = nil
+		}
+		c.stepLocked(in.p, seek.FetchCompleted{Req: in.req})
+	}
+}
+
+// answerLocked handles one partition of a Fetch answer.
+func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition) {
+	c := f.c
+	p := in.p
+	if c.parts[p.tp] != p {
+		return // unassigned meanwhile
+	}
+	if p.fetch != nil && p.fetch.Req == in.req {
+		p.fetch = nil
+	}
+	if rp.ErrorCode != 0 {
+		hint := seek.Leader{ID: rp.CurrentLeader.LeaderID, Epoch: rp.CurrentLeader.LeaderEpoch}
+		f.failLocked(in, seek.Code(rp.ErrorCode), hint)
+		return
+	}
+	if rp.DivergingEpoch.Epoch >= 0 {
+		c.stepLocked(p, seek.DivergingEpoch{Req: in.req, End: seek.EpochEnd{Epoch: rp.DivergingEpoch.Epoch, EndOffset: rp.DivergingEpoch.EndOffset}})
+		return
+	}
+	if len(rp.RecordBatches) == 0 {
+		c.stepLocked(p, seek.FetchCompleted{Req: in.req})
+		return
+	}
+	c.dropBufferLocked(p)
+	p.buf = &fetched{req: in.req, rp: *rp, size: len(rp.RecordBatches)}
+	c.buffered += p.buf.size
+	c.ready = append(c.ready, p)
+	c.signalLocked()
+}
+
+func (f *fetcher) failLocked(in inflight, code seek.Code, hint seek.Leader) {
+	p := in.p
+	if f.c.parts[p.tp] != p {
+		return
+	}
+	if p.fetch != nil && p.fetch.Req == in.req {
+		p.fetch = nil
+	}
+	if hint.ID >= 0 && hint.Epoch >= 0 {
+		f.c.meta.ApplyHint(p.tp.Topic, p.tp.Partition, hint.ID, hint.Epoch)
+	}
+	f.c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: code, Hint: hint})
+}

@@ -1,0 +1,216 @@
+package consumer
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/seek"
+)
+
+// offsetRequests batches the machines' ActValidate and ActListOffsets
+// actions into one OffsetForLeaderEpoch and one ListOffsets request per
+// leader, sends them, and steps the answers back. Its loop is owned by the
+// Consumer; each round's requests run concurrently and are awaited before
+// the next round, so nothing outlives Close.
+type offsetRequests struct {
+	c        *Consumer
+	wake     chan struct{}
+	validate map[int32]map[TopicPartition]seek.ValidateRequest // guarded by Consumer.mu
+	list     map[int32]map[TopicPartition]seek.ListRequest     // guarded by Consumer.mu
+}
+
+func newOffsetRequests(c *Consumer) *offsetRequests {
+	return &offsetRequests{
+		c:        c,
+		wake:     make(chan struct{}, 1),
+		validate: map[int32]map[TopicPartition]seek.ValidateRequest{},
+		list:     map[int32]map[TopicPartition]seek.ListRequest{},
+	}
+}
+
+func (o *offsetRequests) addValidate(tp TopicPartition, v seek.ValidateRequest) {
+	m := o.validate[v.Leader]
+	if m == nil {
+		m = map[TopicPartition]seek.ValidateRequest{}
+		o.validate[v.Leader] = m
+	}
+	m[tp] = v
+	o.signal()
+}
+
+func (o *offsetRequests) addList(tp TopicPartition, l seek.ListRequest) {
+	m := o.list[l.Leader]
+	if m == nil {
+		m = map[TopicPartition]seek.ListRequest{}
+		o.list[l.Leader] = m
+	}
+	m[tp] = l
+	o.signal()
+}
+
+func (o *offsetRequests) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *offsetRequests) loop() {
+	c := o.c
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-o.wake:
+		}
+		c.mu.Lock()
+		validate, list := o.validate, o.list
+		o.validate = map[int32]map[TopicPartition]seek.ValidateRequest{}
+		o.list = map[int32]map[TopicPartition]seek.ListRequest{}
+		c.mu.Unlock()
+		done := make(chan struct{}, len(validate)+len(list))
+		n := 0
+		for broker, ps := range validate {
+			n++
+			go func() { o.sendValidate(broker, ps); done <- struct{}{} }()
+		}
+		for broker, ps := range list {
+			n++
+			go func() { o.sendList(broker, ps); done <- struct{}{} }()
+		}
+		for ; n > 0; n-- {
+			<-done
+		}
+	}
+}
+
+func (o *offsetRequests) sendValidate(broker int32, ps map[TopicPartition]seek.ValidateRequest) {
+	c := o.c
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	idx := map[string]int{}
+	for tp, v := range ps {
+		i, ok := idx[tp.Topic]
+		if !ok {
+			t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			t.Topic = tp.Topic
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[tp.Topic] = i
+		}
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition = tp.Partition
+		rp.CurrentLeaderEpoch = v.CurrentLeaderEpoch
+		rp.LeaderEpoch = v.Epoch
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout)
+	resp, err := req.RequestWith(ctx, c.cl.Broker(int(broker)))
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	answered := map[TopicPartition]bool{}
+	if err == nil {
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				tp := TopicPartition{t.Topic, rp.Partition}
+				v, ok := ps[tp]
+				if !ok || answered[tp] {
+					continue
+				}
+				answered[tp] = true
+				if p := c.parts[tp]; p != nil {
+					c.stepLocked(p, seek.EpochEndOffset{Req: v.Req, Code: seek.Code(rp.ErrorCode),
+						End: seek.EpochEnd{Epoch: rp.LeaderEpoch, EndOffset: rp.EndOffset}})
+				}
+			}
+		}
+	}
+	code := failureCode(err)
+	for tp, v := range ps {
+		if answered[tp] {
+			continue
+		}
+		if p := c.parts[tp]; p != nil {
+			c.stepLocked(p, seek.EpochEndOffset{Req: v.Req, Code: code, End: seek.EpochEnd{Epoch: seek.NoEpoch, EndOffset: seek.NoOffset}})
+		}
+	}
+}
+
+func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListRequest) {
+	c := o.c
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	if c.cfg.readCommitted {
+		req.IsolationLevel = 1
+	}
+	idx := map[string]int{}
+	for tp, l := range ps {
+		i, ok := idx[tp.Topic]
+		if !ok {
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = tp.Topic
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[tp.Topic] = i
+		}
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = tp.Partition
+		rp.CurrentLeaderEpoch = l.CurrentLeaderEpoch
+		switch l.Spec {
+		case seek.ListEarliest:
+			rp.Timestamp = -2
+		case seek.ListLatest:
+			rp.Timestamp = -1
+		default:
+			rp.Timestamp = l.Timestamp
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout)
+	resp, err := req.RequestWith(ctx, c.cl.Broker(int(broker)))
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	answered := map[TopicPartition]bool{}
+	if err == nil {
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				tp := TopicPartition{t.Topic, rp.Partition}
+				l, ok := ps[tp]
+				if !ok || answered[tp] {
+					continue
+				}
+				answered[tp] = true
+				if p := c.parts[tp]; p != nil {
+					c.stepLocked(p, seek.ListedOffset{Req: l.Req, Code: seek.Code(rp.ErrorCode), Offset: rp.Offset, Epoch: rp.LeaderEpoch})
+				}
+			}
+		}
+	}
+	code := failureCode(err)
+	for tp, l := range ps {
+		if answered[tp] {
+			continue
+		}
+		if p := c.parts[tp]; p != nil {
+			c.stepLocked(p, seek.ListedOffset{Req: l.Req, Code: code, Offset: seek.NoOffset, Epoch: seek.NoEpoch})
+		}
+	}
+}
+
+// failureCode is the code stepped for a partition a request did not answer:
+// the request's own error code, or a network error (retried).
+func failureCode(err error) seek.Code {
+	if ke, ok := err.(*kerr.Error); ok {
+		return seek.Code(ke.Code)
+	}
+	if err != nil {
+		return seek.CodeNetworkException
+	}
+	return seek.CodeRequestTimedOut // answered, but without this partition
+}

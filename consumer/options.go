@@ -1,0 +1,179 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/metadata"
+	"github.com/kepoch/kepoch/seek"
+)
+
+// Opt configures a Consumer. Options are validated once, by New.
+type Opt interface{ apply(*cfg) }
+
+type optFunc func(*cfg)
+
+func (f optFunc) apply(c *cfg) { f(c) }
+
+type cfg struct {
+	seeds         []string
+	transportOpts []kgo.Opt
+	client        *kgo.Client
+	meta          *metadata.Refresher
+
+	policy          seek.Policy
+	readCommitted   bool
+	maxWait         time.Duration
+	minBytes        int32
+	maxBytes        int32
+	partMaxBytes    int32
+	maxBuffered     int
+	maxPollRecords  int
+	tick            time.Duration
+	requestTimeout  time.Duration
+	sessions        bool
+	lineageSize     int
+	maxEpochWaits   int
+	onTruncation    func(TruncationEvent)
+	metadataMaxAge  time.Duration
+	decompressLimit int
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		policy:          seek.PolicyEarliest,
+		maxWait:         500 * time.Millisecond,
+		minBytes:        1,
+		maxBytes:        50 << 20,
+		partMaxBytes:    1 << 20,
+		maxBuffered:     64 << 20,
+		tick:            100 * time.Millisecond,
+		requestTimeout:  30 * time.Second,
+		sessions:        true,
+		lineageSize:     16,
+		maxEpochWaits:   5,
+		metadataMaxAge:  5 * time.Minute,
+		decompressLimit: 256 << 20,
+	}
+}
+
+func (c *cfg) validate() error {
+	switch {
+	case c.client == nil && len(c.seeds) == 0:
+		return fmt.Errorf("consumer: no seed brokers (SeedBrokers) and no client (WithClient)")
+	case c.client != nil && (len(c.seeds) > 0 || len(c.transportOpts) > 0):
+		return fmt.Errorf("consumer: WithClient excludes SeedBrokers and TransportOpts (configure the client itself)")
+	case c.policy < seek.PolicyEarliest || c.policy > seek.PolicyNone:
+		return fmt.Errorf("consumer: invalid truncation policy %d", c.policy)
+	case c.maxWait < 0 || c.maxWait > 5*time.Minute:
+		return fmt.Errorf("consumer: FetchMaxWait %v out of range [0, 5m]", c.maxWait)
+	case c.minBytes < 1:
+		return fmt.Errorf("consumer: FetchMinBytes %d < 1", c.minBytes)
+	case c.partMaxBytes < 1 || c.maxBytes < c.partMaxBytes:
+		return fmt.Errorf("consumer: FetchMaxBytes %d must be ≥ FetchMaxPartitionBytes %d ≥ 1", c.maxBytes, c.partMaxBytes)
+	case c.maxBuffered < int(c.maxBytes):
+		return fmt.Errorf("consumer: MaxBufferedBytes %d must be ≥ FetchMaxBytes %d", c.maxBuffered, c.maxBytes)
+	case c.maxPollRecords < 0:
+		return fmt.Errorf("consumer: MaxPollRecords %d < 0", c.maxPollRecords)
+	case c.tick < time.Millisecond:
+		return fmt.Errorf("consumer: RetryBackoff %v < 1ms", c.tick)
+	case c.requestTimeout < time.Second:
+		return fmt.Errorf("consumer: RequestTimeout %v < 1s", c.requestTimeout)
+	case c.lineageSize < 2:
+		return fmt.Errorf("consumer: LineageSize %d < 2", c.lineageSize)
+	case c.maxEpochWaits < 1:
+		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
+	}
+	return nil
+}
+
+// SeedBrokers sets the brokers to bootstrap from (host:port).
+func SeedBrokers(seeds ...string) Opt {
+	return optFunc(func(c *cfg) { c.seeds = append(c.seeds, seeds...) })
+}
+
+// TransportOpts passes options to the franz-go client kepoch creates as its
+// transport: SASL, TLS, a dialer, client id, version pinning. Options that
+// enable kgo's own consuming or producing must not be given; kepoch never
+// uses them.
+func TransportOpts(opts ...kgo.Opt) Opt {
+	return optFunc(func(c *cfg) { c.transportOpts = append(c.transportOpts, opts...) })
+}
+
+// WithClient uses an existing franz-go client as the transport instead of
+// creating one. The client is not closed by Close.
+func WithClient(cl *kgo.Client) Opt { return optFunc(func(c *cfg) { c.client = cl }) }
+
+// WithMetadata shares a metadata refresher (built on the same client) with
+// other consumers and producers. It is not closed by Close.
+func WithMetadata(r *metadata.Refresher) Opt { return optFunc(func(c *cfg) { c.meta = r }) }
+
+// TruncationPolicy sets what happens when a partition's consumed lineage
+// breaks (a truncation, a position out of the log, a recreated topic):
+// PolicyEarliest and PolicyLatest report the break and continue (a located
+// divergence always continues at the exact divergence point; other breaks at
+// the log start or end); PolicyNone reports it and halts the partition until
+// the application seeks. Default PolicyEarliest.
+func TruncationPolicy(p seek.Policy) Opt { return optFunc(func(c *cfg) { c.policy = p }) }
+
+// ReadCommitted reads only committed transactional records (isolation level
+// read_committed); aborted records are filtered out and never delivered.
+func ReadCommitted() Opt { return optFunc(func(c *cfg) { c.readCommitted = true }) }
+
+// FetchMaxWait is how long a broker may hold a Fetch waiting for data
+// (default 500ms).
+func FetchMaxWait(d time.Duration) Opt { return optFunc(func(c *cfg) { c.maxWait = d }) }
+
+// FetchMinBytes is how many bytes a broker waits for before answering a
+// Fetch early (default 1).
+func FetchMinBytes(n int32) Opt { return optFunc(func(c *cfg) { c.minBytes = n }) }
+
+// FetchMaxBytes bounds one Fetch response (default 50 MiB).
+func FetchMaxBytes(n int32) Opt { return optFunc(func(c *cfg) { c.maxBytes = n }) }
+
+// FetchMaxPartitionBytes bounds one partition of a Fetch response (default
+// 1 MiB). A broker still returns a first batch that is larger, so a consumer
+// never stalls on a big batch.
+func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partMaxBytes = n }) }
+
+// MaxBufferedBytes bounds the fetched bytes held for Poll. When reached, no
+// Fetch is sent until Poll drains (default 64 MiB).
+func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
+
+// MaxPollRecords makes Poll stop taking more fetched partitions once it has
+// this many records (0, the default, means no limit). Batches are never
+// split, so a Poll may return a few more.
+func MaxPollRecords(n int) Opt { return optFunc(func(c *cfg) { c.maxPollRecords = n }) }
+
+// RetryBackoff is the interval between retries of a failed partition request
+// (default 100ms).
+func RetryBackoff(d time.Duration) Opt { return optFunc(func(c *cfg) { c.tick = d }) }
+
+// RequestTimeout bounds each request to a broker (default 30s; a Fetch gets
+// FetchMaxWait on top).
+func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.requestTimeout = d }) }
+
+// DisableFetchSessions sends full Fetch requests every time instead of
+// KIP-227 incremental fetch sessions.
+func DisableFetchSessions() Opt { return optFunc(func(c *cfg) { c.sessions = false }) }
+
+// LineageSize bounds the epoch history kept per partition to refine a
+// divergence point (default 16 epochs).
+func LineageSize(n int) Opt { return optFunc(func(c *cfg) { c.lineageSize = n }) }
+
+// MaxEpochWaits is how many metadata refreshes in a row may report a leader
+// epoch older than one already known (from a commit or a seek) before the
+// consumer believes them (default 5).
+func MaxEpochWaits(n int) Opt { return optFunc(func(c *cfg) { c.maxEpochWaits = n }) }
+
+// OnTruncation is called, from Poll and before Poll returns, for every break
+// of a partition's consumed lineage, in detection order. It runs serially
+// and must not call back into the Consumer. The same events are in
+// Fetches.Truncations.
+func OnTruncation(fn func(TruncationEvent)) Opt { return optFunc(func(c *cfg) { c.onTruncation = fn }) }
+
+// MetadataMaxAge is how old metadata may grow before it is refreshed
+// periodically, for a refresher the consumer creates (default 5m).
+func MetadataMaxAge(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metadataMaxAge = d }) }
