@@ -1,0 +1,230 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/compress"
+)
+
+// fuzzSeeds returns real fetch partitions: our batches in every codec,
+// control and transactional batches, an empty batch, kmsg/kgo-encoded
+// batches (xerial snappy, kgo's lz4 and zstd frames) and a trailing partial
+// batch.
+func fuzzSeeds(t testing.TB) [][]byte {
+	rng := rand.New(rand.NewPCG(70, 71))
+	var seeds [][]byte
+	for _, codec := range compress.Codecs {
+		recs := genRecords(rng, 10, 4, 12)
+		seeds = append(seeds, buildBatch(t, specAt(10, codec), recs))
+		seeds = append(seeds, kmsgBatch(t, 10, recs, codec, 0, -1, false))
+	}
+	seeds = append(seeds, kmsgBatch(t, 3, genRecords(rng, 3, 6, 40), compress.Snappy, 0, -1, true))
+	s := specAt(0, compress.None)
+	s.Transactional, s.LogAppendTime = true, true
+	txn := buildBatch(t, s, genRecords(rng, 0, 2, 5))
+	ctl, err := AppendControlBatch(nil, specAt(2, compress.None), ControlAbort, 3, 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds = append(seeds, cat(txn, ctl), kmsgControl(t, 4, 1, ControlCommit))
+	empty, err := AppendBatch(nil, &Header{BaseOffset: 5, LastOffsetDelta: 2, Attributes: Attributes(compress.Zstd)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds = append(seeds, empty)
+	two := cat(buildBatch(t, specAt(0, compress.LZ4), genRecords(rng, 0, 3, 8)), buildBatch(t, specAt(3, compress.Gzip), genRecords(rng, 3, 3, 8)))
+	seeds = append(seeds, two, two[:len(two)-5])
+	return seeds
+}
+
+// FuzzDecode feeds arbitrary bytes to the Iterator and checks its
+// invariants: no panic; consumed bytes never exceed the input and are
+// exactly the yielded batches, back to back; an error is a *DecodeError of
+// a known identity; every yielded batch has a valid CRC, and flipping any
+// byte its CRC covers makes it fail with no records; re-encoding a yielded
+// batch and decoding it again gives the same header and records.
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	small, err := compress.NewDecompressor(1 << 20)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkDecode(t, data, small)
+		// Most mutations break the CRC; decoding a copy with the CRCs
+		// repaired lets the fuzzer reach the record parser.
+		if fixed := fixCRCs(data); !bytes.Equal(fixed, data) {
+			checkDecode(t, fixed, small)
+		}
+	})
+}
+
+// fixCRCs returns a copy of data with the CRC of every complete v2 batch
+// recomputed.
+func fixCRCs(data []byte) []byte {
+	data = bytes.Clone(data)
+	for rest := data; len(rest) >= HeaderSize; {
+		length := int32(binary.BigEndian.Uint32(rest[offLength:]))
+		if length < minLength || int64(len(rest)) < LogOverhead+int64(length) {
+			break
+		}
+		b := rest[:LogOverhead+int(length)]
+		binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+		rest = rest[len(b):]
+	}
+	return data
+}
+
+func checkDecode(t *testing.T, data []byte, small *compress.Decompressor) {
+	var it Iterator
+	it.Reset(data, Options{Topic: "fuzz", Partition: 9, KeepControl: true, Retain: true, Decompressor: small})
+	var batches []Batch
+	pos := 0
+	for it.Next() {
+		b := *it.Batch()
+		if b.Position != pos || !bytes.Equal(b.Raw, data[pos:pos+len(b.Raw)]) || b.Header.Size() != len(b.Raw) {
+			t.Fatalf("batch at %d (%d bytes) does not follow the previous one at %d", b.Position, len(b.Raw), pos)
+		}
+		pos += len(b.Raw)
+		if crc32.Checksum(b.Raw[offAttributes:], castagnoli) != b.Header.CRC {
+			t.Fatalf("batch at %d yielded with a bad CRC", b.Position)
+		}
+		if int(b.Header.NumRecords) != len(b.Records) {
+			t.Fatalf("batch at %d: %d records yielded, header says %d", b.Position, len(b.Records), b.Header.NumRecords)
+		}
+		batches = append(batches, b)
+	}
+	if it.Consumed() != pos || pos > len(data) {
+		t.Fatalf("consumed %d, batches span %d, input %d", it.Consumed(), pos, len(data))
+	}
+	if err := it.Err(); err != nil {
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Topic != "fuzz" || de.Partition != 9 || de.Position != pos {
+			t.Fatalf("error %v (%T) does not name the partition and position", err, err)
+		}
+		if !errors.Is(err, errors.ErrCorruptBatch) && !errors.Is(err, errors.ErrCompression) && !errors.Is(err, errors.ErrUnsupportedMagic) {
+			t.Fatalf("error %v has no known identity", err)
+		}
+		if it.Partial() {
+			t.Fatal("both an error and a partial batch")
+		}
+	} else if it.Partial() == (pos == len(data)) {
+		t.Fatalf("partial %v with %d of %d bytes consumed", it.Partial(), pos, len(data))
+	}
+	for _, b := range batches {
+		checkCRCFlip(t, b.Raw)
+		checkReencode(t, &b, small)
+	}
+}
+
+// checkCRCFlip flips one byte covered by the CRC and requires the batch to
+// be rejected with no batch yielded.
+func checkCRCFlip(t *testing.T, raw []byte) {
+	bad := bytes.Clone(raw)
+	at := offAttributes + int(crc32.ChecksumIEEE(raw))%(len(raw)-offAttributes)
+	bad[at] ^= 0x5a
+	var it Iterator
+	it.Reset(bad, Options{})
+	if it.Next() {
+		t.Fatalf("batch with byte %d flipped was yielded", at)
+	}
+	if !errors.Is(it.Err(), errors.ErrCorruptBatch) {
+		t.Fatalf("batch with byte %d flipped: %v", at, it.Err())
+	}
+}
+
+// checkReencode encodes b again and decodes it: same header fields (other
+// than length and CRC) and same records.
+func checkReencode(t *testing.T, b *Batch, d *compress.Decompressor) {
+	again, err := AppendBatch(nil, &b.Header, b.Records, nil)
+	if err != nil {
+		t.Fatalf("re-encoding batch at %d: %v", b.Position, err)
+	}
+	var it Iterator
+	it.Reset(again, Options{KeepControl: true, Decompressor: d})
+	if !it.Next() {
+		t.Fatalf("re-encoded batch at %d does not decode: %v", b.Position, it.Err())
+	}
+	got := it.Batch()
+	wantH, gotH := b.Header, got.Header
+	wantH.Length, wantH.CRC, gotH.Length, gotH.CRC = 0, 0, 0, 0
+	if gotH != wantH || got.Marker != b.Marker {
+		t.Fatalf("re-encoded header\n got %+v %+v\nwant %+v %+v", gotH, got.Marker, wantH, b.Marker)
+	}
+	if len(got.Records) != len(b.Records) {
+		t.Fatalf("re-encoded: %d records, want %d", len(got.Records), len(b.Records))
+	}
+	for i := range got.Records {
+		g, w := &got.Records[i], &b.Records[i]
+		if d := diffRecord(g, w); d != "" || g.Attributes != w.Attributes || g.LeaderEpoch != w.LeaderEpoch {
+			t.Fatalf("re-encoded record %d: %s", i, d)
+		}
+	}
+	if it.Next() || it.Err() != nil || it.Consumed() != len(again) {
+		t.Fatalf("re-encoded batch: trailing data or error %v", it.Err())
+	}
+}
+
+// FuzzBuild encodes records derived from the input with a Builder, in every
+// codec, and requires the decoder to return them exactly.
+func FuzzBuild(f *testing.F) {
+	f.Add([]byte("key\x00value\x00h\x00v"), uint8(0), int64(1_700_000_000_000))
+	f.Add([]byte{}, uint8(4), int64(-1))
+	f.Add(bytes.Repeat([]byte("abc\x00"), 50), uint8(3), int64(1<<60))
+	f.Fuzz(func(t *testing.T, data []byte, codec uint8, ts int64) {
+		c := compress.Codecs[int(codec)%len(compress.Codecs)]
+		// Fields are separated by 0 bytes; every 3rd field is a key, then
+		// a value, then a header value; a field "-" is null.
+		fields := bytes.Split(data, []byte{0})
+		field := func(i int) []byte {
+			if i >= len(fields) || string(fields[i]) == "-" {
+				return nil
+			}
+			return fields[i]
+		}
+		var want []Record
+		for i := 0; i < len(fields); i += 3 {
+			r := Record{Offset: int64(len(want) * 2), Timestamp: ts + int64(i*7919) - int64(len(fields)*1000), Key: field(i), Value: field(i + 1)}
+			if i%2 == 0 {
+				r.Headers = []RecordHeader{{Key: fields[i], Value: field(i + 2)}}
+			}
+			want = append(want, r)
+		}
+		b := NewBuilder(nil)
+		s := specAt(0, c)
+		b.Reset(s)
+		for _, r := range want {
+			if err := b.AppendAt(int32(r.Offset), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
+				t.Fatal(err)
+			}
+		}
+		raw, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var it Iterator
+		it.Reset(raw, Options{})
+		if !it.Next() {
+			t.Fatal(it.Err())
+		}
+		for i := range want {
+			want[i].LeaderEpoch = s.PartitionLeaderEpoch
+		}
+		got := it.Batch().Records
+		if len(got) != len(want) {
+			t.Fatalf("%d records, want %d", len(got), len(want))
+		}
+		for i := range got {
+			if d := diffRecord(&got[i], &want[i]); d != "" {
+				t.Fatalf("record %d: %s", i, d)
+			}
+		}
+	})
+}
