@@ -1,0 +1,636 @@
+package producer
+
+// recovery.go: what the Sequencer does with each Produce answer, with
+// delivery timeouts, and with new producer identities; the epoch bump
+// (KIP-360) and the per-batch outcomes it reports.
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Delivery says how a Produce attempt ended for one batch.
+type Delivery uint8
+
+const (
+	// Answered: the partition's response arrived; ProduceResult.Code holds
+	// its error code (0 = none).
+	Answered Delivery = iota
+	// NotSent: the request was certainly never written to a connection
+	// (dial failure, cancelled before writing). The broker cannot have
+	// appended it.
+	NotSent
+	// NoResponse: the request was written but no answer came (request
+	// timeout, connection lost). The batch may or may not have been
+	// appended.
+	NoResponse
+)
+
+// ProduceResult is one batch's share of a Produce response.
+type ProduceResult struct {
+	Delivery Delivery
+	// Code is the partition's error code (Answered only).
+	Code int16
+	// BaseOffset is the offset of the first record (Code 0).
+	BaseOffset int64
+	// LogStartOffset is the partition's log start offset from the response
+	// (Produce v5+); -1 when absent.
+	LogStartOffset int64
+}
+
+// class is what a Produce error code means for the batch.
+type class uint8
+
+const (
+	classOK         class = iota
+	classDuplicate        // in the log already, offset unknown
+	classRetry            // certainly not appended; resend unchanged
+	classRetryMaybe       // may have been appended; resend unchanged
+	classOutOfOrder
+	classUnknownProducer
+	classInvalidEpoch
+	classInvalidMapping
+	classTooLarge
+	classTxnAbortable
+	classRefused // certainly not appended, and resending cannot help
+	classFatal
+)
+
+// classify maps a Produce error code to its class. The mapping is documented
+// on Sequencer.Complete.
+func classify(code int16) class {
+	switch code {
+	case 0:
+		return classOK
+	case kerr.DuplicateSequenceNumber.Code:
+		return classDuplicate
+	case kerr.UnknownTopicOrPartition.Code, kerr.LeaderNotAvailable.Code, kerr.NotEnoughReplicas.Code,
+		kerr.ReplicaNotAvailable.Code, kerr.UnknownTopicID.Code, kerr.InconsistentTopicID.Code,
+		kerr.FencedLeaderEpoch.Code, kerr.UnknownLeaderEpoch.Code:
+		return classRetry
+	case kerr.NotLeaderForPartition.Code, kerr.RequestTimedOut.Code, kerr.NotEnoughReplicasAfterAppend.Code,
+		kerr.NetworkException.Code, kerr.KafkaStorageError.Code, kerr.UnknownServerError.Code:
+		return classRetryMaybe
+	case kerr.OutOfOrderSequenceNumber.Code:
+		return classOutOfOrder
+	case kerr.UnknownProducerID.Code:
+		return classUnknownProducer
+	case kerr.InvalidProducerEpoch.Code:
+		return classInvalidEpoch
+	case kerr.InvalidProducerIDMapping.Code:
+		return classInvalidMapping
+	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code:
+		return classTooLarge
+	case kerr.TransactionAbortable.Code:
+		return classTxnAbortable
+	case kerr.CorruptMessage.Code, kerr.InvalidRecord.Code, kerr.InvalidTimestamp.Code,
+		kerr.TopicAuthorizationFailed.Code, kerr.InvalidRequiredAcks.Code, kerr.InvalidTxnState.Code,
+		kerr.InvalidTopicException.Code, kerr.InvalidRequest.Code:
+		return classRefused
+	case kerr.ProducerFenced.Code, kerr.TransactionalIDAuthorizationFailed.Code,
+		kerr.ClusterAuthorizationFailed.Code, kerr.UnsupportedVersion.Code, kerr.UnsupportedForMessageFormat.Code:
+		return classFatal
+	default:
+		// A code this table does not know: nothing says the batch was
+		// not appended, and resending it unchanged can never duplicate
+		// it. Retry until its delivery deadline.
+		return classRetryMaybe
+	}
+}
+
+// codeError returns the error for a Kafka error code.
+func codeError(code int16) error {
+	if err := kerr.ErrorForCode(code); code == -1 || err != kerr.UnknownServerError {
+		return err
+	}
+	return fmt.Errorf("kafka error code %d", code)
+}
+
+// Complete records how the latest send of batch ref ended and decides what
+// happens next. Call it exactly once for every send (Assign or Sent), in any
+// order across partitions; a timeout is NoResponse. Calls for unknown
+// batches, or without a send outstanding, return an empty Decision.
+//
+// Terms: "resend" = the batch stays in flight unchanged and NextResend offers
+// it again; "rewrite" = once no request of the partition is outstanding, its
+// remaining batches are resequenced from 0 under the producer's current
+// identity, each reported ResequencedNoLoss (every attempt definitely refused)
+// or PossibleDuplicate (some attempt had no definite answer); "next" = the
+// batch is the partition's first unacknowledged one and starts right after
+// the last acknowledged sequence; "stale" = the producer's identity changed
+// since the batch was assigned (a bump already happened: the batch joins it,
+// no second bump).
+//
+//	answer                               idempotent                               transactional
+//	NONE                                 Ack                                      Ack
+//	DUPLICATE_SEQUENCE_NUMBER            Ack, offset unknown (-1)                 same
+//	NotSent; UNKNOWN_TOPIC_OR_PARTITION, resend                                   resend
+//	  LEADER_NOT_AVAILABLE,
+//	  NOT_ENOUGH_REPLICAS, …
+//	NoResponse; NOT_LEADER_OR_FOLLOWER,  resend, batch marked maybe-written       same
+//	  REQUEST_TIMED_OUT, NOT_ENOUGH_
+//	  REPLICAS_AFTER_APPEND, NETWORK_
+//	  EXCEPTION, KAFKA_STORAGE_ERROR,
+//	  UNKNOWN_SERVER_ERROR, unknown codes
+//	OUT_OF_ORDER_SEQUENCE_NUMBER         resend (an earlier batch failed)         same
+//	  not next, not stale
+//	OUT_OF_ORDER_SEQUENCE_NUMBER, next   ProvenGap (PossibleGap if nothing was    ProvenGap/PossibleGap; Failed;
+//	                                     acked under the identity), check acked   abortable, bump after abort
+//	                                     writes; rewrite under a bumped epoch
+//	UNKNOWN_PRODUCER_ID, no loss         rewrite under a bumped epoch             rewrite from 0, same epoch, no abort
+//	  (nothing acked, or LogStartOffset
+//	  > last acked offset)
+//	UNKNOWN_PRODUCER_ID, otherwise       PossibleGap, check acked writes;         PossibleGap; Failed; abortable,
+//	  (incl. LogStartOffset -1)          rewrite under a bumped epoch             bump after abort
+//	INVALID_PRODUCER_EPOCH               rewrite under a new producer ID          Failed; abortable, bump after abort
+//	INVALID_PRODUCER_ID_MAPPING          rewrite under a new producer ID          Failed; abortable, bump, skip EndTxn
+//	any of the four above, stale         joins the bump already made: rewrite     (see transactional rows)
+//	MESSAGE_TOO_LARGE, RECORD_LIST_      Split if > 1 record and never            same (Failed + abortable when
+//	  TOO_LARGE                          maybe-written, else Failed                 not split)
+//	TRANSACTION_ABORTABLE, INVALID_      Failed                                   Failed; abortable, bump after abort
+//	  RECORD, CORRUPT_MESSAGE, INVALID_
+//	  TIMESTAMP, TOPIC_AUTHORIZATION_
+//	  FAILED, INVALID_TXN_STATE, …
+//	PRODUCER_FENCED, TRANSACTIONAL_ID_   Failed; Fatal; every batch not on the    same
+//	  AUTHORIZATION_FAILED, CLUSTER_     wire Failed
+//	  AUTHORIZATION_FAILED,
+//	  UNSUPPORTED_VERSION, UNSUPPORTED_
+//	  FOR_MESSAGE_FORMAT
+//
+// A Failed batch keeps its sequences until its partition has nothing
+// outstanding. Then, if it is at the tail and certainly not appended, its
+// sequences are given back (the next batch reuses them); otherwise the
+// partition needs a new identity: an idempotent Sequencer bumps the epoch
+// then (one bump, whatever number of batches failed), a transactional one
+// reports NeedsBump for the abort. An acknowledgement proves that the leader
+// holds every earlier batch of the same identity, so a Failed batch before an
+// acknowledged one is resolved as appended (and needs no bump).
+//
+// Why NOT_LEADER_OR_FOLLOWER counts as maybe-written: with acks=all a leader
+// can append, lose leadership before the high watermark moves, and answer
+// NOT_LEADER_OR_FOLLOWER while the new leader has the batch (KAFKA-13574).
+// Resending unchanged is always safe (the new leader deduplicates it); only a
+// rewrite under a new identity could duplicate it, and then the batch is
+// reported PossibleDuplicate.
+//
+// Departures from Java's producer: INVALID_PRODUCER_EPOCH on an idempotent
+// producer takes a new producer ID rather than epoch+1 (the leader's epoch for
+// this ID is ahead of ours by an unknown amount, and nothing but this
+// producer uses it); a batch refused for good is not failed with
+// "adjustSequenceNumbers" (renumbering later batches that may be on the wire)
+// but given back only at the tail, else resolved by a bump; in a transaction,
+// every abort that follows a failed batch bumps the epoch.
+func (s *Sequencer) Complete(ref BatchRef, r ProduceResult) Decision {
+	var d Decision
+	b := s.batches[ref]
+	if b == nil || !b.outstanding {
+		return d
+	}
+	b.outstanding = false
+	before := s.producer
+	switch r.Delivery {
+	case NotSent:
+		s.resend(b, false, &d)
+	case NoResponse:
+		s.resend(b, true, &d)
+	default:
+		s.answer(b, r, &d)
+	}
+	s.settle(b.part, &d)
+	if s.producer != before {
+		s.settleAll(&d)
+	}
+	return d
+}
+
+func (s *Sequencer) answer(b *batch, r ProduceResult, d *Decision) {
+	c := classify(r.Code)
+	cause := Cause{TP: b.part.tp, Err: codeError(r.Code)}
+	switch c {
+	case classOK:
+		s.ack(b, r.BaseOffset, r.LogStartOffset, d)
+	case classDuplicate:
+		s.ack(b, -1, r.LogStartOffset, d)
+	case classRetry:
+		s.resend(b, false, d)
+	case classRetryMaybe:
+		s.resend(b, true, d)
+	case classOutOfOrder:
+		s.outOfOrder(b, cause, d)
+	case classUnknownProducer:
+		s.unknownProducer(b, r.LogStartOffset, cause, d)
+	case classInvalidEpoch, classInvalidMapping:
+		s.needRewrite(b, cause, true, c == classInvalidMapping, d)
+	case classTooLarge:
+		if b.disp == active && b.records > 1 && !b.maybeWritten && s.failing == nil && s.fatal == nil {
+			b.disp = splitting
+			d.Split = append(d.Split, b.ref)
+			return
+		}
+		s.refuse(b, cause, d)
+	case classTxnAbortable, classRefused:
+		s.refuse(b, cause, d)
+	case classFatal:
+		s.enterFatal(b, cause.Err, d)
+	}
+}
+
+// stale reports whether the producer's identity changed since b was assigned.
+func (s *Sequencer) stale(b *batch) bool { return b.id.Producer != s.producer }
+
+// resend keeps b in flight unchanged, to be sent again (or rewritten), unless
+// the producer is failing. indefinite marks the attempt as possibly appended.
+func (s *Sequencer) resend(b *batch, indefinite bool, d *Decision) {
+	if indefinite {
+		b.maybeWritten = true
+	}
+	if b.disp != active {
+		return
+	}
+	switch {
+	case s.fatal != nil:
+		s.fail(b, fmt.Errorf("%w: %w", ErrProducerFatal, s.fatal), d)
+	case s.failing != nil:
+		s.fail(b, fmt.Errorf("%w: %w", ErrProducerFailing, s.failing), d)
+	}
+}
+
+func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
+	p := b.part
+	late := b.disp == abandoned
+	b.disp = acked
+	if offset >= 0 {
+		if last := offset + int64(b.records) - 1; last > p.lastAckedOffset {
+			p.lastAckedOffset = last
+		}
+	}
+	d.Acks = append(d.Acks, Ack{
+		Batch: b.ref, TP: p.tp, Records: b.records, Identity: b.id,
+		BaseOffset: offset, LogStartOffset: logStart, AfterFailure: late,
+	})
+	// The leader accepted b's sequence under b's epoch only after the
+	// sequences before it: failed batches before b were appended after all.
+	for _, e := range p.inflight {
+		if e == b {
+			break
+		}
+		if e.disp == abandoned && !e.outstanding && e.id.Producer == b.id.Producer {
+			e.disp = acked
+		}
+	}
+	p.popAcked(s)
+}
+
+func (s *Sequencer) outOfOrder(b *batch, cause Cause, d *Decision) {
+	p := b.part
+	next := !p.rewrite && p.isNext(b)
+	if !next && !p.rewrite && !s.stale(b) {
+		// The leader expects an earlier sequence: an earlier batch of
+		// this partition failed or is being retried. Resend after it.
+		s.resend(b, false, d)
+		return
+	}
+	if next {
+		s.reportGap(p, b, -1, cause, true, d)
+	}
+	s.needRewrite(b, cause, false, false, d)
+}
+
+func (s *Sequencer) unknownProducer(b *batch, logStart int64, cause Cause, d *Decision) {
+	p := b.part
+	// The leader has no state for this producer. If every record this
+	// partition acknowledged is below the log start offset, retention
+	// removed them and the state with them: nothing is lost.
+	noLoss := p.lastAckedOffset < 0 || (logStart >= 0 && logStart > p.lastAckedOffset)
+	if !noLoss && !p.rewrite {
+		s.reportGap(p, b, logStart, cause, false, d)
+	}
+	if s.cfg.Transactional && noLoss && !s.stale(b) {
+		// The leader accepts any first sequence for a producer it does
+		// not know: restart this partition at 0 under the same epoch,
+		// without aborting the transaction (as Java does).
+		p.markRewrite(cause, false, false)
+		s.resend(b, false, d)
+		return
+	}
+	s.needRewrite(b, cause, false, false, d)
+}
+
+// needRewrite handles a refusal that calls for a new identity on b's
+// partition: idempotent, the partition is rewritten when it drains (bumping
+// then if no bump happened since b was assigned); transactional, b fails and
+// the transaction must abort and bump.
+func (s *Sequencer) needRewrite(b *batch, cause Cause, newPID, skipEndTxn bool, d *Decision) {
+	if s.cfg.Transactional {
+		s.fail(b, cause.Err, d)
+		s.enterFailing(cause.Err, true, skipEndTxn, d)
+		return
+	}
+	b.part.markRewrite(cause, true, newPID)
+	s.resend(b, false, d)
+}
+
+// refuse fails b for good (it was certainly not appended by this attempt).
+func (s *Sequencer) refuse(b *batch, cause Cause, d *Decision) {
+	s.fail(b, cause.Err, d)
+	if s.cfg.Transactional {
+		s.enterFailing(cause.Err, true, false, d)
+	}
+}
+
+// reportGap reports that the leader's producer state lacks what it
+// acknowledged (proven when oosn and something was acknowledged under b's
+// identity), and asks for an acked-write check.
+func (s *Sequencer) reportGap(p *partition, b *batch, logStart int64, cause Cause, oosn bool, d *Decision) {
+	ackedUnder := p.lastAckedSeq >= 0 && p.owner == b.id.Producer
+	if oosn && ackedUnder {
+		d.Outcomes = append(d.Outcomes, ProvenGap{
+			TP: p.tp, Producer: b.id.Producer, LastAckedSequence: p.lastAckedSeq,
+			LastAckedOffset: p.lastAckedOffset, RejectedSequence: b.id.BaseSequence, Cause: cause,
+		})
+	} else {
+		seq := int32(-1)
+		if ackedUnder {
+			seq = p.lastAckedSeq
+		}
+		d.Outcomes = append(d.Outcomes, PossibleGap{
+			TP: p.tp, Producer: b.id.Producer, LastAckedSequence: seq,
+			LastAckedOffset: p.lastAckedOffset, LogStartOffset: logStart, Cause: cause,
+		})
+	}
+	if p.lastAckedOffset >= 0 {
+		d.checkAcked(p.tp)
+	}
+}
+
+func (p *partition) markRewrite(cause Cause, newIdentity, newPID bool) {
+	if !p.rewrite || p.cause.Err == nil {
+		p.cause = cause
+	}
+	p.rewrite = true
+	p.needNewIdentity = p.needNewIdentity || newIdentity
+	p.newPID = p.newPID || newPID
+}
+
+// fail reports b Failed and abandons it (it keeps its sequences until the
+// partition settles).
+func (s *Sequencer) fail(b *batch, err error, d *Decision) {
+	if b.disp == abandoned || b.disp == acked {
+		return
+	}
+	b.disp = abandoned
+	d.Outcomes = append(d.Outcomes, Failed{
+		Batch: b.ref, TP: b.part.tp, Records: b.records, Identity: b.id,
+		Err: err, MaybeWritten: b.maybeWritten || b.outstanding,
+	})
+}
+
+// enterFailing (transactional) makes the transaction abortable and fails
+// every batch that is not on the wire.
+func (s *Sequencer) enterFailing(err error, bump, skipEndTxn bool, d *Decision) {
+	d.abortable(err, bump, skipEndTxn)
+	if s.failing == nil {
+		s.failing = err
+	}
+	s.failUnsent(fmt.Errorf("%w: %w", ErrProducerFailing, err), d)
+}
+
+func (s *Sequencer) failUnsent(err error, d *Decision) {
+	for _, p := range s.order {
+		for _, b := range p.inflight {
+			if (b.disp == active || b.disp == splitting) && !b.outstanding {
+				s.fail(b, err, d)
+			}
+		}
+	}
+}
+
+func (s *Sequencer) enterFatal(b *batch, err error, d *Decision) {
+	s.fail(b, err, d)
+	if s.fatal == nil {
+		s.fatal = err
+		d.Fatal = err
+	}
+	s.failUnsent(fmt.Errorf("%w: %w", ErrProducerFatal, err), d)
+}
+
+// settle moves partition p on once nothing of it is outstanding: gives back
+// the sequences of failed batches at its tail, bumps the epoch when p needs a
+// new identity (idempotent), rewrites p's batches under the current identity,
+// or restarts p's sequences at 0 under a new identity (KAFKA-12152: never
+// while batches under the old identity are on the wire).
+func (s *Sequencer) settle(p *partition, d *Decision) {
+	if s.fatal != nil || p.outstanding() > 0 {
+		return
+	}
+	if p.hasAbandoned() && !p.needNewIdentity {
+		if p.rewrite || !p.rollbackTail(s) {
+			p.markRewrite(p.abandonedCause(), true, false)
+		}
+	}
+	if p.rewrite && p.needNewIdentity && p.owner == s.producer {
+		if s.cfg.Transactional {
+			return // the abort that follows bumps the epoch (SetProducer)
+		}
+		s.bump(p, d)
+	}
+	if !s.producer.Valid() {
+		return
+	}
+	switch {
+	case p.rewrite:
+		s.rewrite(p, d)
+	case p.owner != s.producer && !p.hasLive():
+		p.drop(s)
+		p.reset(s.producer)
+	}
+}
+
+func (s *Sequencer) settleAll(d *Decision) {
+	for {
+		before := s.producer
+		for _, p := range s.order {
+			s.settle(p, d)
+		}
+		if s.producer == before {
+			return
+		}
+	}
+}
+
+// bump takes a new identity for the producer because of p (idempotent).
+func (s *Sequencer) bump(p *partition, d *Decision) {
+	from := s.producer
+	s.bumps++
+	if p.newPID || from.Epoch == math.MaxInt16 {
+		s.producer = NoProducerID
+		s.awaitingID = true
+		d.NeedProducerID = true
+		d.Bump = &EpochBump{From: from, To: NoProducerID, NewProducerID: true, Cause: p.cause}
+		return
+	}
+	s.producer = ProducerID{ID: from.ID, Epoch: from.Epoch + 1}
+	d.Bump = &EpochBump{From: from, To: s.producer, Cause: p.cause}
+}
+
+// rewrite resequences p's remaining batches from 0 under the current
+// identity; failed and acknowledged batches are dropped.
+func (s *Sequencer) rewrite(p *partition, d *Decision) {
+	p.reset(s.producer)
+	kept := p.inflight[:0]
+	for _, b := range p.inflight {
+		if b.disp == acked || b.disp == abandoned {
+			delete(s.batches, b.ref)
+			continue
+		}
+		from := b.id
+		b.id = BatchIdentity{Producer: s.producer, BaseSequence: p.nextSeq}
+		p.nextSeq = NextSequence(p.nextSeq, b.records)
+		if b.maybeWritten {
+			d.Outcomes = append(d.Outcomes, PossibleDuplicate{Batch: b.ref, TP: p.tp, Records: b.records, From: from, To: b.id, Cause: p.cause})
+		} else {
+			d.Outcomes = append(d.Outcomes, ResequencedNoLoss{Batch: b.ref, TP: p.tp, Records: b.records, From: from, To: b.id, Cause: p.cause})
+		}
+		kept = append(kept, b)
+	}
+	clear(p.inflight[len(kept):])
+	p.inflight = kept
+	p.rewrite, p.needNewIdentity, p.newPID = false, false, false
+	p.cause = Cause{}
+}
+
+// rollbackTail gives back the sequences of failed batches at the end of p
+// that were certainly never appended, if no other failed batch precedes them.
+func (p *partition) rollbackTail(s *Sequencer) bool {
+	i := len(p.inflight)
+	for i > 0 && p.inflight[i-1].disp == abandoned && !p.inflight[i-1].maybeWritten {
+		i--
+	}
+	if i == len(p.inflight) {
+		return false
+	}
+	for _, b := range p.inflight[:i] {
+		if b.disp == abandoned {
+			return false
+		}
+	}
+	p.nextSeq = p.inflight[i].id.BaseSequence
+	for _, b := range p.inflight[i:] {
+		delete(s.batches, b.ref)
+	}
+	clear(p.inflight[i:])
+	p.inflight = p.inflight[:i]
+	return true
+}
+
+func (p *partition) hasLive() bool {
+	for _, b := range p.inflight {
+		if b.disp == active || b.disp == splitting {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *partition) drop(s *Sequencer) {
+	for _, b := range p.inflight {
+		delete(s.batches, b.ref)
+	}
+	clear(p.inflight)
+	p.inflight = p.inflight[:0]
+}
+
+func (p *partition) abandonedCause() Cause {
+	return Cause{TP: p.tp, Err: errAbandonedSequences}
+}
+
+var errAbandonedSequences = fmt.Errorf("kepoch: failed batch left a sequence gap")
+
+// Expire fails every batch whose delivery deadline is at or before now
+// (Failed with ErrDeliveryTimeout; MaybeWritten when a request for it is still
+// on the wire or an earlier attempt had no definite answer). A batch still on
+// the wire keeps its sequences until its answer arrives: if the answer is an
+// acknowledgement the Decision then carries an Ack with AfterFailure set.
+// Transactional: the transaction becomes abortable with a bump (a timed-out
+// batch cannot be resent under new sequences without risking a duplicate,
+// KAFKA-18579).
+func (s *Sequencer) Expire(now time.Time) Decision {
+	var d Decision
+	before := s.producer
+	expired := false
+	for _, p := range s.order {
+		touched := false
+		for _, b := range p.inflight {
+			if b.deadline.IsZero() || now.Before(b.deadline) || b.disp == abandoned || b.disp == acked {
+				continue
+			}
+			s.fail(b, ErrDeliveryTimeout, &d)
+			touched = true
+		}
+		if touched {
+			expired = true
+			if !s.cfg.Transactional {
+				s.settle(p, &d)
+			}
+		}
+	}
+	if expired && s.cfg.Transactional {
+		s.enterFailing(ErrDeliveryTimeout, true, false, &d)
+	}
+	if s.producer != before {
+		s.settleAll(&d)
+	}
+	return d
+}
+
+// SetProducer adopts a producer identity: the first one from InitProducerId,
+// a new producer ID after Decision.NeedProducerID, or a transactional
+// producer's new epoch (InitProducerId after an abort, or EndTxn v5+). Each
+// partition restarts its sequences at 0 under it once its in-flight batches
+// under the old identity are finished; pending rewrites happen now if
+// nothing of their partition is on the wire. It also ends a failing period
+// (FailPending, a transactional abort).
+func (s *Sequencer) SetProducer(id ProducerID) (Decision, error) {
+	var d Decision
+	if !id.Valid() {
+		return d, fmt.Errorf("kepoch: invalid producer identity %v", id)
+	}
+	if s.fatal != nil {
+		return d, fmt.Errorf("%w: %w", ErrProducerFatal, s.fatal)
+	}
+	s.producer = id
+	s.awaitingID = false
+	s.failing = nil
+	s.settleAll(&d)
+	return d, nil
+}
+
+// FailPending fails every batch that is not on the wire with err and stops
+// resends and new batches until SetProducer or Resume: for a transaction being
+// aborted, or a producer closing. Batches on the wire fail when their answer
+// comes (unless it is an acknowledgement).
+func (s *Sequencer) FailPending(err error) Decision {
+	var d Decision
+	if s.failing == nil {
+		s.failing = err
+	}
+	s.failUnsent(err, &d)
+	return d
+}
+
+// Resume ends a failing period when no new identity is needed (a
+// transactional abort in which no batch lost its sequences); otherwise it
+// returns an error and the caller must bump (SetProducer with a new epoch).
+func (s *Sequencer) Resume() error {
+	if s.NeedsBump() {
+		return fmt.Errorf("kepoch: sequences need a new producer epoch")
+	}
+	if s.Outstanding() > 0 {
+		return fmt.Errorf("kepoch: %d batches still on the wire", s.Outstanding())
+	}
+	s.failing = nil
+	return nil
+}

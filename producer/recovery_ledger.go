@@ -1,0 +1,496 @@
+package producer
+
+// recovery_ledger.go: detection of acknowledged writes lost after a leader
+// change (unclean election, truncation). No Kafka client does this: they all
+// forget a write once it is acknowledged.
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// AckedRange is one acknowledged batch (or several contiguous ones of the same
+// producer identity) as recorded in an AckLedger.
+type AckedRange struct {
+	// From and To bound the offsets, [From, To).
+	From, To int64
+	// LeaderEpoch is the partition leader epoch the records were appended
+	// under.
+	LeaderEpoch int32
+	// EpochExact says LeaderEpoch is known to be the append epoch. Produce
+	// responses do not carry it: the I/O layer knows only the epoch its
+	// metadata had for the leader when it sent the batch, which differs
+	// from the append epoch if the leader's epoch changed in between
+	// without the client noticing. Verdicts that rest on an inexact epoch
+	// are confirmed by a Probe before a loss is reported.
+	EpochExact bool
+	// Producer and FirstSequence identify the records (for Probe).
+	Producer      ProducerID
+	FirstSequence int32
+}
+
+// EpochQuery is an OffsetForLeaderEpoch question the ledger needs answered
+// for one partition: send LeaderEpoch = Epoch and CurrentLeaderEpoch =
+// CurrentLeaderEpoch (so that only that leader answers; FENCED_LEADER_EPOCH or
+// UNKNOWN_LEADER_EPOCH mean "ask again after a metadata refresh", with the
+// same query).
+type EpochQuery struct {
+	TP                 TopicPartition
+	Epoch              int32
+	CurrentLeaderEpoch int32
+	id                 uint64
+}
+
+// EpochEnd is an OffsetForLeaderEpoch answer without error: the largest epoch
+// ≤ the requested one that the leader knows, and where it ends in the leader's
+// log. (-1, -1) means the leader could not tell.
+type EpochEnd struct {
+	Epoch     int32
+	EndOffset int64
+}
+
+// Probe asks the I/O layer to fetch record batch headers from the leader,
+// starting at Offset (a Fetch with CurrentLeaderEpoch = CurrentLeaderEpoch;
+// the headers are enough), and report them with ApplyProbe. It confirms or
+// refutes losses judged on an inexact epoch.
+type Probe struct {
+	TP                 TopicPartition
+	Offset             int64
+	CurrentLeaderEpoch int32
+	id                 uint64
+}
+
+// ProbedBatch is one fetched record batch header.
+type ProbedBatch struct {
+	BaseOffset    int64
+	LastOffset    int64 // BaseOffset + LastOffsetDelta
+	LeaderEpoch   int32 // PartitionLeaderEpoch
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+}
+
+// ProbeResult is what a Probe's fetch found.
+type ProbeResult struct {
+	// LogStartOffset is the leader's log start offset; -1 unknown.
+	// Acknowledged records below it were removed by retention, not lost.
+	LogStartOffset int64
+	// LogEndOffset is the leader's log end offset (OffsetForLeaderEpoch for
+	// the current leader epoch answers it); -1 unknown. Acknowledged
+	// records at or above it are gone.
+	LogEndOffset int64
+	// Batches are the fetched batch headers, in offset order.
+	Batches []ProbedBatch
+}
+
+// AckedWritesLost reports acknowledged records that are no longer in the
+// partition's log: the offsets [From, To) written under LeaderEpoch by
+// Producer, starting at FirstSequence, are missing from the log of the leader
+// of CurrentLeaderEpoch. Reported once per range.
+type AckedWritesLost struct {
+	TP                 TopicPartition
+	From, To           int64
+	LeaderEpoch        int32
+	Producer           ProducerID
+	FirstSequence      int32
+	CurrentLeaderEpoch int32
+}
+
+// CheckResult is the outcome of one answer applied to the ledger.
+type CheckResult struct {
+	// Lost are the acknowledged ranges now known to be gone.
+	Lost []AckedWritesLost
+	// Unknown: the answer could not settle anything ((-1, -1), or an
+	// epoch above the one asked). The ranges stay unchecked; the next
+	// leader change asks again. Nothing is reported lost.
+	Unknown bool
+	// Stale: the answer belongs to a query or probe that was superseded
+	// (a newer leader epoch was observed); it was ignored.
+	Stale bool
+	// Next is a further OffsetForLeaderEpoch question, for an older write
+	// epoch this answer did not settle. It is needed only when something
+	// was lost in a newer epoch or a range's survival cannot be derived.
+	Next *EpochQuery
+	// Probe is a fetch needed to confirm losses judged on inexact epochs.
+	Probe *Probe
+}
+
+// ledgerEntry is one recorded range and what is known about it.
+type ledgerEntry struct {
+	AckedRange
+	// presentIn is a leader epoch in whose log the range is known to be:
+	// its append epoch, or the leader epoch of the last check it passed.
+	presentIn int32
+	// checked: settled for the partition's current leader epoch.
+	checked bool
+	// suspect: judged lost on an inexact epoch, waiting for a probe.
+	suspect bool
+}
+
+type ledgerPart struct {
+	entries     []*ledgerEntry // by From
+	leaderEpoch int32          // highest leader epoch observed; -1 none
+	query       *EpochQuery
+	probe       *Probe
+	forgotten   int64 // the bound dropped ranges ending at or below this offset
+}
+
+// DefaultLedgerRanges is the default bound on ranges kept per partition.
+const DefaultLedgerRanges = 1024
+
+// AckLedger remembers, per partition, a bounded number of acknowledged offset
+// ranges with the leader epoch they were appended under, and finds the ones
+// that a new leader no longer has.
+//
+// After a leader epoch change (ObserveLeaderEpoch), it asks one
+// OffsetForLeaderEpoch question: the end offset, in the new leader's log, of
+// the newest epoch it has acknowledged writes in. The answer (a, end) settles
+// every range written under an epoch ≥ a:
+//
+//   - written under an epoch in (a, asked]: the new leader never had that
+//     epoch, so none of its records; the range is lost;
+//   - written under a: the part at or beyond end is lost, the part below
+//     survives;
+//
+// and, by log matching (two logs holding a record with the same offset and
+// epoch are identical up to it), a surviving range written under a also
+// proves every older range below it that was known present in the same log.
+// Only when something was lost, or no such anchor exists, does the ledger
+// ask again for an older epoch (CheckResult.Next). A (-1, -1) answer settles
+// nothing and reports nothing.
+//
+// Ranges whose epoch is not exact are not reported lost on the epoch
+// argument alone: they become suspects and a Probe (a fetch of batch headers)
+// confirms them by producer identity and sequence at the recorded offsets.
+//
+// The ledger is bounded: beyond its limit the oldest ranges are forgotten
+// (Forgotten tells how far), and their loss can no longer be detected. It is
+// pure (no I/O, no clock) and not safe for concurrent use.
+type AckLedger struct {
+	max    int
+	parts  map[TopicPartition]*ledgerPart
+	nextID uint64
+}
+
+// NewAckLedger returns a ledger keeping at most maxRanges ranges per partition
+// (DefaultLedgerRanges if ≤ 0). Contiguous acknowledgements of one producer
+// identity under one epoch share a range.
+func NewAckLedger(maxRanges int) *AckLedger {
+	if maxRanges <= 0 {
+		maxRanges = DefaultLedgerRanges
+	}
+	return &AckLedger{max: maxRanges, parts: make(map[TopicPartition]*ledgerPart)}
+}
+
+func (l *AckLedger) part(tp TopicPartition) *ledgerPart {
+	p := l.parts[tp]
+	if p == nil {
+		p = &ledgerPart{leaderEpoch: -1, forgotten: -1}
+		l.parts[tp] = p
+	}
+	return p
+}
+
+// seqPlus advances a sequence by n records, wrapping like NextSequence.
+func seqPlus(seq int32, n int64) int32 {
+	m := int64(math.MaxInt32) + 1
+	return int32((int64(seq) + n%m) % m)
+}
+
+// Record adds an acknowledged range (from an Ack with BaseOffset ≥ 0:
+// From = BaseOffset, To = BaseOffset + Records).
+func (l *AckLedger) Record(tp TopicPartition, r AckedRange) error {
+	if r.From < 0 || r.To <= r.From || r.LeaderEpoch < 0 {
+		return fmt.Errorf("kepoch: cannot record acked range [%d, %d) at epoch %d", r.From, r.To, r.LeaderEpoch)
+	}
+	p := l.part(tp)
+	e := &ledgerEntry{AckedRange: r, presentIn: r.LeaderEpoch}
+	e.checked = r.LeaderEpoch >= p.leaderEpoch
+	if n := len(p.entries); n > 0 {
+		last := p.entries[n-1]
+		if last.To == r.From && last.LeaderEpoch == r.LeaderEpoch && last.EpochExact == r.EpochExact &&
+			last.Producer == r.Producer && seqPlus(last.FirstSequence, last.To-last.From) == r.FirstSequence &&
+			last.presentIn == e.presentIn && last.checked == e.checked && !last.suspect {
+			last.To = r.To
+			return nil
+		}
+	}
+	i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].From > r.From })
+	p.entries = append(p.entries, nil)
+	copy(p.entries[i+1:], p.entries[i:])
+	p.entries[i] = e
+	for len(p.entries) > l.max {
+		if p.entries[0].To > p.forgotten {
+			p.forgotten = p.entries[0].To
+		}
+		p.entries[0] = nil
+		p.entries = p.entries[1:]
+	}
+	return nil
+}
+
+// Ranges returns the ranges the ledger holds for tp, in offset order.
+func (l *AckLedger) Ranges(tp TopicPartition) []AckedRange {
+	p := l.parts[tp]
+	if p == nil {
+		return nil
+	}
+	out := make([]AckedRange, len(p.entries))
+	for i, e := range p.entries {
+		out[i] = e.AckedRange
+	}
+	return out
+}
+
+// Forgotten returns the offset below which the bound has dropped ranges for
+// tp (-1: none dropped). Losses below it cannot be detected.
+func (l *AckLedger) Forgotten(tp TopicPartition) int64 {
+	if p := l.parts[tp]; p != nil {
+		return p.forgotten
+	}
+	return -1
+}
+
+// Forget drops everything about tp: when the topic is deleted or recreated
+// (its topic ID changed), leader epochs and offsets start over.
+func (l *AckLedger) Forget(tp TopicPartition) { delete(l.parts, tp) }
+
+// ObserveLeaderEpoch tells the ledger tp's leader epoch (from metadata). When
+// it is higher than any seen before and some ranges are not known to be in
+// that leader's log, it returns the one OffsetForLeaderEpoch question to ask;
+// repeated observations of the same epoch ask nothing. A newer epoch
+// supersedes any question or probe still unanswered.
+func (l *AckLedger) ObserveLeaderEpoch(tp TopicPartition, leaderEpoch int32) (EpochQuery, bool) {
+	p := l.part(tp)
+	if leaderEpoch <= p.leaderEpoch {
+		return EpochQuery{}, false
+	}
+	p.leaderEpoch = leaderEpoch
+	p.query, p.probe = nil, nil
+	for _, e := range p.entries {
+		e.suspect = false
+		e.checked = e.presentIn >= leaderEpoch
+	}
+	return l.nextQuery(tp, p)
+}
+
+// Recheck asks again about every range of tp against the leader of
+// currentLeaderEpoch, even ranges already checked: for when the producer's
+// sequence state says acknowledged writes are gone (Decision.CheckAckedWrites)
+// without a leader change having been seen.
+func (l *AckLedger) Recheck(tp TopicPartition, currentLeaderEpoch int32) (EpochQuery, bool) {
+	p := l.part(tp)
+	if currentLeaderEpoch < p.leaderEpoch {
+		return EpochQuery{}, false
+	}
+	p.leaderEpoch = currentLeaderEpoch
+	p.query, p.probe = nil, nil
+	for _, e := range p.entries {
+		e.suspect = false
+		e.checked = false
+	}
+	return l.nextQuery(tp, p)
+}
+
+// nextQuery asks about the newest write epoch among unchecked ranges.
+func (l *AckLedger) nextQuery(tp TopicPartition, p *ledgerPart) (EpochQuery, bool) {
+	newest := int32(-1)
+	for _, e := range p.entries {
+		if !e.checked && !e.suspect && e.LeaderEpoch > newest {
+			newest = e.LeaderEpoch
+		}
+	}
+	if newest < 0 {
+		return EpochQuery{}, false
+	}
+	l.nextID++
+	q := EpochQuery{TP: tp, Epoch: newest, CurrentLeaderEpoch: p.leaderEpoch, id: l.nextID}
+	p.query = &q
+	return q, true
+}
+
+// ApplyEpochEnd applies the answer to q. Only the latest query of a partition
+// is applied; others are Stale.
+func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
+	var res CheckResult
+	p := l.parts[q.TP]
+	if p == nil || p.query == nil || p.query.id != q.id {
+		res.Stale = true
+		return res
+	}
+	p.query = nil
+	a, end := ans.Epoch, ans.EndOffset
+	if a < 0 || end < 0 || a > q.Epoch {
+		res.Unknown = true
+		return res
+	}
+	cur := q.CurrentLeaderEpoch
+	// anchors: for each log (leader epoch) the surviving ranges were known
+	// to be in, how far the new leader's log provably agrees with it.
+	anchors := make(map[int32]int64)
+	var kept []*ledgerEntry
+	lose := func(e *ledgerEntry, from int64) {
+		if from > e.From {
+			head := *e
+			head.To = from
+			l.survive(&head, cur, anchors)
+			kept = append(kept, &head)
+			e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
+			e.From = from
+		}
+		if e.EpochExact {
+			res.Lost = append(res.Lost, lost(q.TP, e, cur))
+			return
+		}
+		e.suspect = true
+		kept = append(kept, e)
+	}
+	var undecided []*ledgerEntry
+	for _, e := range p.entries {
+		switch {
+		case e.checked || e.suspect || e.LeaderEpoch > q.Epoch:
+			kept = append(kept, e)
+		case e.LeaderEpoch > a:
+			lose(e, e.From)
+		case e.LeaderEpoch == a && e.To <= end:
+			l.survive(e, cur, anchors)
+			kept = append(kept, e)
+		case e.LeaderEpoch == a:
+			lose(e, max(e.From, end))
+		default:
+			undecided = append(undecided, e)
+			kept = append(kept, e)
+		}
+	}
+	for _, e := range undecided {
+		if agreed, ok := anchors[e.presentIn]; ok && e.To <= agreed {
+			e.checked = true
+			e.presentIn = cur
+		}
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].From < kept[j].From })
+	p.entries = kept
+	if nq, ok := l.nextQuery(q.TP, p); ok {
+		res.Next = &nq
+	}
+	res.Probe = l.nextProbe(q.TP, p)
+	return res
+}
+
+// survive marks e as present in the log of leader epoch cur, and records it
+// as an anchor for the log it was known present in before.
+func (l *AckLedger) survive(e *ledgerEntry, cur int32, anchors map[int32]int64) {
+	if e.To > anchors[e.presentIn] {
+		anchors[e.presentIn] = e.To
+	}
+	e.checked = true
+	e.presentIn = cur
+}
+
+func lost(tp TopicPartition, e *ledgerEntry, cur int32) AckedWritesLost {
+	return AckedWritesLost{
+		TP: tp, From: e.From, To: e.To, LeaderEpoch: e.LeaderEpoch,
+		Producer: e.Producer, FirstSequence: e.FirstSequence, CurrentLeaderEpoch: cur,
+	}
+}
+
+func (l *AckLedger) nextProbe(tp TopicPartition, p *ledgerPart) *Probe {
+	for _, e := range p.entries {
+		if e.suspect {
+			l.nextID++
+			pr := Probe{TP: tp, Offset: e.From, CurrentLeaderEpoch: p.leaderEpoch, id: l.nextID}
+			p.probe = &pr
+			return &pr
+		}
+	}
+	return nil
+}
+
+// ApplyProbe applies a probe's fetch. A suspect range whose records are found
+// at their offsets with their producer identity and sequences survived (its
+// epoch becomes exact); one whose offsets hold other records, or lie at or
+// beyond the log end, is lost from the first such offset; one below the log
+// start was removed by retention and is dropped without a report. Ranges the
+// fetch did not reach stay suspect and CheckResult.Probe continues from them.
+func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
+	var res CheckResult
+	p := l.parts[pr.TP]
+	if p == nil || p.probe == nil || p.probe.id != pr.id {
+		res.Stale = true
+		return res
+	}
+	p.probe = nil
+	cur := pr.CurrentLeaderEpoch
+	var kept []*ledgerEntry
+	for _, e := range p.entries {
+		if !e.suspect {
+			kept = append(kept, e)
+			continue
+		}
+		if r.LogStartOffset >= 0 && e.To <= r.LogStartOffset {
+			continue // removed by retention
+		}
+		if r.LogStartOffset > e.From {
+			e.FirstSequence = seqPlus(e.FirstSequence, r.LogStartOffset-e.From)
+			e.From = r.LogStartOffset
+		}
+		// Walk the fetched batches over the range: confirmed runs become
+		// exact ranges (split where the append epoch changes).
+		o := e.From
+		matched := true
+		var confirmed []*ledgerEntry
+		for o < e.To {
+			b := findBatch(r.Batches, o)
+			if b == nil {
+				break
+			}
+			if !ownedBy(b, e, o) {
+				matched = false
+				break
+			}
+			stop := min(b.LastOffset+1, e.To)
+			if n := len(confirmed); n > 0 && confirmed[n-1].LeaderEpoch == b.LeaderEpoch {
+				confirmed[n-1].To = stop
+			} else {
+				c := *e
+				c.From, c.To = o, stop
+				c.FirstSequence = seqPlus(e.FirstSequence, o-e.From)
+				c.LeaderEpoch, c.EpochExact = b.LeaderEpoch, true
+				c.suspect, c.checked, c.presentIn = false, true, cur
+				confirmed = append(confirmed, &c)
+			}
+			o = stop
+		}
+		kept = append(kept, confirmed...)
+		if o >= e.To {
+			continue
+		}
+		e.FirstSequence = seqPlus(e.FirstSequence, o-e.From)
+		e.From = o
+		if !matched || (r.LogEndOffset >= 0 && o >= r.LogEndOffset) {
+			res.Lost = append(res.Lost, lost(pr.TP, e, cur))
+			continue
+		}
+		kept = append(kept, e) // not reached by this fetch
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].From < kept[j].From })
+	p.entries = kept
+	res.Probe = l.nextProbe(pr.TP, p)
+	return res
+}
+
+func findBatch(bs []ProbedBatch, offset int64) *ProbedBatch {
+	i := sort.Search(len(bs), func(i int) bool { return bs[i].LastOffset >= offset })
+	if i < len(bs) && bs[i].BaseOffset <= offset {
+		return &bs[i]
+	}
+	return nil
+}
+
+// ownedBy reports whether the record at offset o in batch b is the one e
+// recorded there: same producer identity and the matching sequence.
+func ownedBy(b *ProbedBatch, e *ledgerEntry, o int64) bool {
+	return b.ProducerID == e.Producer.ID && b.ProducerEpoch == e.Producer.Epoch &&
+		seqPlus(b.BaseSequence, o-b.BaseOffset) == seqPlus(e.FirstSequence, o-e.From)
+}

@@ -1,0 +1,544 @@
+package producer
+
+// sequence.go: producer identities, sequence arithmetic and the per-partition
+// sequence state of an idempotent or transactional producer (the Sequencer).
+// What the Sequencer decides when a Produce answer arrives is in recovery.go;
+// the outcome types it reports are in recovery_outcome.go.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition) }
+
+// ProducerID is a producer identity as the brokers know it: the producer ID
+// from InitProducerId and its producer epoch. Sequences are scoped to one
+// identity and one partition.
+type ProducerID struct {
+	ID    int64
+	Epoch int16
+}
+
+// NoProducerID is the identity "none yet" (-1, -1), as sent in an
+// InitProducerId request that asks for a brand-new producer ID.
+var NoProducerID = ProducerID{ID: -1, Epoch: -1}
+
+// Valid reports whether p names a real identity (ID and epoch both ≥ 0).
+func (p ProducerID) Valid() bool { return p.ID >= 0 && p.Epoch >= 0 }
+
+func (p ProducerID) String() string { return fmt.Sprintf("%d/%d", p.ID, p.Epoch) }
+
+// BatchIdentity is what a record batch header carries for idempotence:
+// producer ID, producer epoch and base sequence. The broker deduplicates a
+// resent batch only if its identity is unchanged, so the Sequencer never
+// changes the identity of a batch that may have been written, except when it
+// rewrites all in-flight batches of a partition at once under a new identity
+// after an epoch bump, and then it says so (PossibleDuplicate).
+type BatchIdentity struct {
+	Producer     ProducerID
+	BaseSequence int32
+}
+
+func (b BatchIdentity) String() string { return fmt.Sprintf("%v#%d", b.Producer, b.BaseSequence) }
+
+// BatchRef is the Sequencer's stable handle for one batch. It does not change
+// when the batch's identity is rewritten.
+type BatchRef uint64
+
+// MaxInFlightPerPartition is the most batches a partition may have in flight.
+// A broker remembers the last 5 batches of each producer per partition for
+// deduplication (ProducerStateEntry.NUM_BATCHES_TO_RETAIN); a retry older than
+// that is answered OUT_OF_ORDER_SEQUENCE_NUMBER instead of being recognised as
+// a duplicate.
+const MaxInFlightPerPartition = 5
+
+// NextSequence returns seq advanced by n records. Sequences are int32 and wrap
+// from math.MaxInt32 to 0, as the broker expects (a batch following one that
+// ends at MaxInt32 starts at 0).
+func NextSequence(seq, n int32) int32 {
+	return int32((int64(seq) + int64(n)) % (int64(math.MaxInt32) + 1))
+}
+
+// LastSequence returns the sequence of the last record of a batch of n ≥ 1
+// records starting at base.
+func LastSequence(base, n int32) int32 { return NextSequence(base, n-1) }
+
+// Errors returned by Sequencer methods. Assign's errors are "not now": the
+// partition cannot take a new batch until the condition clears (an
+// InitProducerId answer, acknowledgements, or a recovery finishing).
+var (
+	// ErrNoProducerID: there is no producer identity yet, or a new producer
+	// ID has been requested (epoch exhaustion, INVALID_PRODUCER_EPOCH,
+	// INVALID_PRODUCER_ID_MAPPING) and SetProducer has not been called.
+	ErrNoProducerID = errors.New("kepoch: no producer ID yet")
+
+	// ErrInFlightLimit: the partition already has MaxInFlight batches in
+	// flight.
+	ErrInFlightLimit = errors.New("kepoch: partition has the maximum number of batches in flight")
+
+	// ErrPartitionRecovering: the partition has retries to send first, an
+	// unresolved batch, a pending split, or in-flight batches under an older
+	// producer identity that must finish before its sequences restart.
+	ErrPartitionRecovering = errors.New("kepoch: partition is recovering its sequence state")
+
+	// ErrProducerFailing: a transaction is aborting (or the producer is
+	// closing): pending batches fail instead of being sent.
+	ErrProducerFailing = errors.New("kepoch: producer is failing pending batches")
+
+	// ErrProducerFatal: the producer hit a fatal error (fenced, not
+	// authorized) and cannot continue. Errors wrapping it also wrap the
+	// cause.
+	ErrProducerFatal = errors.New("kepoch: producer is in a fatal state")
+
+	// ErrDeliveryTimeout: a batch's delivery deadline passed before it was
+	// acknowledged.
+	ErrDeliveryTimeout = errors.New("kepoch: delivery timeout expired")
+)
+
+// Config configures a Sequencer.
+type Config struct {
+	// Transactional selects the transactional rules: the Sequencer never
+	// bumps the epoch itself; errors that need a new epoch make the
+	// transaction abortable instead (Decision.Abortable), and the bump
+	// comes from the transaction coordinator through SetProducer.
+	Transactional bool
+
+	// MaxInFlight is the most batches one partition may have in flight,
+	// 1..MaxInFlightPerPartition; 0 means MaxInFlightPerPartition.
+	MaxInFlight int
+}
+
+// disposition is what is to become of a batch.
+type disposition uint8
+
+const (
+	// active: to be delivered; sent again whenever it is not outstanding.
+	active disposition = iota + 1
+	// splitting: MESSAGE_TOO_LARGE; waiting for Split.
+	splitting
+	// abandoned: failed to the application (delivery timeout, rejection);
+	// it keeps its sequence slot until it is resolved.
+	abandoned
+	// acked: acknowledged while an earlier batch of the partition is not.
+	acked
+)
+
+// batch is the Sequencer's record of one batch.
+type batch struct {
+	ref      BatchRef
+	part     *partition
+	records  int32
+	id       BatchIdentity
+	deadline time.Time
+	disp     disposition
+	// outstanding: a request carrying this batch has been written and its
+	// answer has not been reported yet.
+	outstanding bool
+	// maybeWritten: some attempt ended without a definite "not appended"
+	// (no response, or an error that can follow an append). Sticky: it
+	// describes the records, whatever identity they carry later.
+	maybeWritten bool
+	attempts     int
+}
+
+func (b *batch) lastSequence() int32 { return LastSequence(b.id.BaseSequence, b.records) }
+
+// partition is the sequence state of one partition.
+type partition struct {
+	tp TopicPartition
+	// owner is the identity the partition's sequences belong to. It lags
+	// the Sequencer's identity after a bump until the partition's in-flight
+	// batches under the old identity are finished (KAFKA-12152).
+	owner        ProducerID
+	nextSeq      int32
+	lastAckedSeq int32 // under owner; -1 if none
+	// lastAckedOffset is the highest offset acknowledged on this partition
+	// under any identity; -1 if none. It is what UNKNOWN_PRODUCER_ID's log
+	// start offset is compared with.
+	lastAckedOffset int64
+	// inflight holds the batches from the first unacknowledged one on, in
+	// sequence (assignment) order.
+	inflight []*batch
+	// rewrite: once no request is outstanding, resequence the remaining
+	// batches from 0 under the Sequencer's identity.
+	rewrite bool
+	// needNewIdentity: the rewrite cannot reuse the current identity; an
+	// idempotent Sequencer bumps when the partition drains, a
+	// transactional one waits for SetProducer.
+	needNewIdentity bool
+	// newPID: the bump must take a new producer ID, not epoch+1.
+	newPID bool
+	// cause is the error that started the pending rewrite.
+	cause Cause
+}
+
+func (p *partition) reset(id ProducerID) {
+	p.owner = id
+	p.nextSeq = 0
+	p.lastAckedSeq = -1
+}
+
+// front returns the first batch that is not acknowledged, or nil.
+func (p *partition) front() *batch {
+	for _, b := range p.inflight {
+		if b.disp != acked {
+			return b
+		}
+	}
+	return nil
+}
+
+func (p *partition) outstanding() int {
+	n := 0
+	for _, b := range p.inflight {
+		if b.outstanding {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *partition) hasAbandoned() bool {
+	for _, b := range p.inflight {
+		if b.disp == abandoned {
+			return true
+		}
+	}
+	return false
+}
+
+// expectedSequence is the sequence the leader expects next from owner if it
+// has everything this partition had acknowledged.
+func (p *partition) expectedSequence() int32 {
+	if p.lastAckedSeq < 0 {
+		return 0
+	}
+	return NextSequence(p.lastAckedSeq, 1)
+}
+
+// isNext reports whether b is the batch the leader must accept next: the
+// first unacknowledged batch, under the partition's identity, starting right
+// after the last acknowledged sequence (Java's isNextSequence).
+func (p *partition) isNext(b *batch) bool {
+	return p.front() == b && b.id.Producer == p.owner && b.id.BaseSequence == p.expectedSequence()
+}
+
+// popAcked drops acknowledged batches from the front and advances the last
+// acknowledged sequence.
+func (p *partition) popAcked(s *Sequencer) {
+	i := 0
+	for i < len(p.inflight) && p.inflight[i].disp == acked {
+		b := p.inflight[i]
+		if b.id.Producer == p.owner {
+			p.lastAckedSeq = b.lastSequence()
+		}
+		delete(s.batches, b.ref)
+		i++
+	}
+	p.inflight = append(p.inflight[:0], p.inflight[i:]...)
+}
+
+// Sequencer is the pure sequence and recovery state of one idempotent or
+// transactional producer: one producer identity, and per partition the next
+// sequence, the last acknowledged sequence and offset, and up to MaxInFlight
+// batches in flight. It does no I/O, starts no goroutines and reads no clock;
+// time comes in as deadlines and Expire's now. It is not safe for concurrent
+// use.
+//
+// The I/O layer drives it:
+//
+//	SetProducer(pid)                  after InitProducerId
+//	ref, id, err := Assign(tp, n, dl) when it puts a new batch of n records into a request
+//	                                  (err: not now); stamp id into the batch header
+//	ref, id, ok := NextResend(tp)     before building a request: a retry to send first;
+//	Sent(ref)                         when that retry is written to a connection
+//	d := Complete(ref, result)        for every batch of every request, exactly once per send
+//	d := Expire(now)                  periodically, for delivery timeouts
+//	Split(ref, counts)                when a Decision asks for a split
+//
+// Every step returns a Decision: acknowledgements, outcomes for the
+// application, and what to do (split, bump, ask for a producer ID, abort, stop).
+type Sequencer struct {
+	cfg        Config
+	producer   ProducerID
+	awaitingID bool
+	fatal      error
+	failing    error
+	nextRef    BatchRef
+	parts      map[TopicPartition]*partition
+	order      []*partition // creation order, for deterministic decisions
+	batches    map[BatchRef]*batch
+	bumps      int
+}
+
+// NewSequencer returns a Sequencer without a producer identity; call
+// SetProducer with the InitProducerId answer before assigning batches.
+func NewSequencer(cfg Config) (*Sequencer, error) {
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = MaxInFlightPerPartition
+	}
+	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > MaxInFlightPerPartition {
+		return nil, fmt.Errorf("kepoch: MaxInFlight %d out of range 1..%d (brokers deduplicate only the last %d batches)",
+			cfg.MaxInFlight, MaxInFlightPerPartition, MaxInFlightPerPartition)
+	}
+	return &Sequencer{
+		cfg:      cfg,
+		producer: NoProducerID,
+		parts:    make(map[TopicPartition]*partition),
+		batches:  make(map[BatchRef]*batch),
+	}, nil
+}
+
+// Producer returns the current producer identity (NoProducerID while none).
+func (s *Sequencer) Producer() ProducerID { return s.producer }
+
+// Bumps returns how many epoch bumps (or new-producer-ID requests) the
+// Sequencer has made on its own. Transactional bumps come from the
+// coordinator and are not counted.
+func (s *Sequencer) Bumps() int { return s.bumps }
+
+// Fatal returns the fatal error, if the producer hit one.
+func (s *Sequencer) Fatal() error { return s.fatal }
+
+func (s *Sequencer) partition(tp TopicPartition) *partition {
+	p := s.parts[tp]
+	if p == nil {
+		p = &partition{tp: tp, owner: s.producer, lastAckedSeq: -1, lastAckedOffset: -1}
+		s.parts[tp] = p
+		s.order = append(s.order, p)
+	}
+	return p
+}
+
+// Assign gives a new batch of records records for tp its identity and records
+// it as in flight and outstanding: call it when the batch is put into a
+// Produce request, and stamp the returned identity into the batch header.
+// deadline is the batch's delivery deadline (zero: none); Expire fails the
+// batch once it has passed.
+//
+// Sequences are assigned at send time, not when records are buffered, so a
+// batch that never leaves the client consumes no sequence. An error means
+// "not now" (see the Err variables); the batch stays with the caller.
+func (s *Sequencer) Assign(tp TopicPartition, records int32, deadline time.Time) (BatchRef, BatchIdentity, error) {
+	if records <= 0 {
+		return 0, BatchIdentity{}, fmt.Errorf("kepoch: batch of %d records", records)
+	}
+	if s.fatal != nil {
+		return 0, BatchIdentity{}, fmt.Errorf("%w: %w", ErrProducerFatal, s.fatal)
+	}
+	if s.failing != nil {
+		return 0, BatchIdentity{}, fmt.Errorf("%w: %w", ErrProducerFailing, s.failing)
+	}
+	if !s.producer.Valid() {
+		return 0, BatchIdentity{}, ErrNoProducerID
+	}
+	p := s.partition(tp)
+	if p.owner != s.producer {
+		if len(p.inflight) > 0 {
+			return 0, BatchIdentity{}, ErrPartitionRecovering
+		}
+		p.reset(s.producer)
+	}
+	if p.rewrite {
+		return 0, BatchIdentity{}, ErrPartitionRecovering
+	}
+	for _, b := range p.inflight {
+		if b.disp != acked && !(b.disp == active && b.outstanding) {
+			return 0, BatchIdentity{}, ErrPartitionRecovering
+		}
+	}
+	if len(p.inflight) >= s.cfg.MaxInFlight {
+		return 0, BatchIdentity{}, ErrInFlightLimit
+	}
+	s.nextRef++
+	b := &batch{
+		ref:         s.nextRef,
+		part:        p,
+		records:     records,
+		id:          BatchIdentity{Producer: s.producer, BaseSequence: p.nextSeq},
+		deadline:    deadline,
+		disp:        active,
+		outstanding: true,
+		attempts:    1,
+	}
+	p.nextSeq = NextSequence(p.nextSeq, records)
+	p.inflight = append(p.inflight, b)
+	s.batches[b.ref] = b
+	return b.ref, b.id, nil
+}
+
+// NextResend returns the retry that tp must send before anything else, with
+// the identity to stamp into it (it differs from the last send after a
+// rewrite). Only the partition's first unacknowledged batch is ever resent,
+// and only when no request for it is outstanding, so retries go out one at a
+// time in sequence order (as Java's producer does): a retry never overtakes an
+// earlier batch, and an OUT_OF_ORDER_SEQUENCE_NUMBER on the first batch means
+// the leader really lacks what it acknowledged. Call Sent when the retry is
+// written to a connection.
+func (s *Sequencer) NextResend(tp TopicPartition) (BatchRef, BatchIdentity, bool) {
+	p := s.parts[tp]
+	if p == nil || s.fatal != nil || s.failing != nil || p.rewrite {
+		return 0, BatchIdentity{}, false
+	}
+	b := p.front()
+	if b == nil || b.disp != active || b.outstanding {
+		return 0, BatchIdentity{}, false
+	}
+	return b.ref, b.id, true
+}
+
+// Sent records that the retry ref (from NextResend) was written to a
+// connection.
+func (s *Sequencer) Sent(ref BatchRef) error {
+	b := s.batches[ref]
+	if b == nil {
+		return fmt.Errorf("kepoch: unknown batch %d", ref)
+	}
+	if rr, _, ok := s.NextResend(b.part.tp); !ok || rr != ref {
+		return fmt.Errorf("kepoch: batch %d is not the partition's next resend", ref)
+	}
+	b.outstanding = true
+	b.attempts++
+	return nil
+}
+
+// Split replaces a batch the broker refused as too large (the Decision listed
+// it in Split) by len(counts) batches of counts[i] records, in order, which
+// take over its sequence range under the same identity: the refused batch was
+// not appended, so its sequences are free. The new batches are sent as
+// retries (NextResend).
+func (s *Sequencer) Split(ref BatchRef, counts []int32) ([]BatchRef, error) {
+	b := s.batches[ref]
+	if b == nil || b.disp != splitting {
+		return nil, fmt.Errorf("kepoch: batch %d is not waiting to be split", ref)
+	}
+	var sum int64
+	for _, c := range counts {
+		if c <= 0 {
+			return nil, fmt.Errorf("kepoch: split count %d", c)
+		}
+		sum += int64(c)
+	}
+	if len(counts) < 2 || sum != int64(b.records) {
+		return nil, fmt.Errorf("kepoch: split of %d records into %v", b.records, counts)
+	}
+	p := b.part
+	at := -1
+	for i, x := range p.inflight {
+		if x == b {
+			at = i
+		}
+	}
+	parts := make([]*batch, len(counts))
+	refs := make([]BatchRef, len(counts))
+	seq := b.id.BaseSequence
+	for i, c := range counts {
+		s.nextRef++
+		parts[i] = &batch{
+			ref:      s.nextRef,
+			part:     p,
+			records:  c,
+			id:       BatchIdentity{Producer: b.id.Producer, BaseSequence: seq},
+			deadline: b.deadline,
+			disp:     active,
+			attempts: b.attempts,
+		}
+		seq = NextSequence(seq, c)
+		s.batches[parts[i].ref] = parts[i]
+		refs[i] = parts[i].ref
+	}
+	rest := append(parts, p.inflight[at+1:]...)
+	p.inflight = append(p.inflight[:at], rest...)
+	delete(s.batches, ref)
+	return refs, nil
+}
+
+// Identity returns the current identity of a batch still tracked.
+func (s *Sequencer) Identity(ref BatchRef) (BatchIdentity, bool) {
+	b := s.batches[ref]
+	if b == nil {
+		return BatchIdentity{}, false
+	}
+	return b.id, true
+}
+
+// Outstanding returns how many batches have a request on the wire.
+func (s *Sequencer) Outstanding() int {
+	n := 0
+	for _, p := range s.order {
+		n += p.outstanding()
+	}
+	return n
+}
+
+// Pending returns how many batches are still to be delivered (in flight, to
+// be resent, or waiting for a split). Abandoned and acknowledged batches are
+// not counted.
+func (s *Sequencer) Pending() int {
+	n := 0
+	for _, p := range s.order {
+		for _, b := range p.inflight {
+			if b.disp == active || b.disp == splitting {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Drained reports whether no batch is outstanding or pending: what a
+// transactional producer waits for before EndTxn.
+func (s *Sequencer) Drained() bool { return s.Outstanding() == 0 && s.Pending() == 0 }
+
+// NeedsBump reports whether continuing needs a new producer identity: some
+// partition has a batch that was failed while holding sequences that cannot
+// be given back, or a pending rewrite. A transactional producer bumps the
+// epoch after an abort when this is true.
+func (s *Sequencer) NeedsBump() bool {
+	for _, p := range s.order {
+		if p.rewrite || p.hasAbandoned() {
+			return true
+		}
+	}
+	return false
+}
+
+// PartitionState is a snapshot of one partition's sequence state.
+type PartitionState struct {
+	Owner             ProducerID // identity the partition's sequences belong to
+	NextSequence      int32
+	LastAckedSequence int32 // -1: none under Owner
+	LastAckedOffset   int64 // -1: none
+	InFlight          []BatchIdentity
+	Recovering        bool // a rewrite is pending, or Owner is older than the producer's identity
+}
+
+// Partition returns a snapshot of tp's sequence state.
+func (s *Sequencer) Partition(tp TopicPartition) (PartitionState, bool) {
+	p := s.parts[tp]
+	if p == nil {
+		return PartitionState{}, false
+	}
+	st := PartitionState{
+		Owner:             p.owner,
+		NextSequence:      p.nextSeq,
+		LastAckedSequence: p.lastAckedSeq,
+		LastAckedOffset:   p.lastAckedOffset,
+		Recovering:        p.rewrite || (p.owner != s.producer && len(p.inflight) > 0),
+	}
+	for _, b := range p.inflight {
+		if b.disp != acked {
+			st.InFlight = append(st.InFlight, b.id)
+		}
+	}
+	return st, true
+}
