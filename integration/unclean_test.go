@@ -106,7 +106,7 @@ type UncleanPlan struct {
 	Log func(format string, args ...any)
 	// BeforeKill, when set, runs after the Lost records are acknowledged and
 	// before the old leader is killed (a consumer can read them there).
-	BeforeKill func(ctx context.Context) error
+	BeforeKill func(ctx context.Context, topic string) error
 }
 
 // Unclean is what an engineered unclean election did.
@@ -195,7 +195,7 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 		return u, fmt.Errorf("old leader offsets %+v; want log end and high watermark %d", o, p.Before+p.Lost)
 	}
 	if p.BeforeKill != nil {
-		if err := p.BeforeKill(ctx); err != nil {
+		if err := p.BeforeKill(ctx, u.Topic); err != nil {
 			return u, err
 		}
 	}
