@@ -214,8 +214,10 @@ type Truncation struct {
 	// and the epoch of the last consumed record.
 	Consumed Position
 	// Divergent is, for Diverged, the first offset that is not in the
-	// leader's log as it was consumed, with the leader's epoch that ends
-	// there; NoOffset/NoEpoch for other kinds.
+	// leader's log as it was consumed, with the epoch of the record just
+	// before it that both logs share (when Exact), or else the leader's
+	// epoch that ends there (Kafka's choice); NoOffset/NoEpoch for other
+	// kinds. It is the position a rewind moves to.
 	Divergent Position
 	// Exact is true when the lineage proves Divergent is the first
 	// replaced offset. When false, Divergent is an upper bound: the leader

@@ -77,7 +77,7 @@ func (l *Lineage) observe(epoch int32, from int64) {
 		n--
 	}
 	l.steps = l.steps[:n]
-	if l.claim.Epoch >= epoch && n == 0 {
+	if l.claim.Epoch > epoch && n == 0 {
 		l.claim = EpochStart{Epoch: NoEpoch, Start: NoOffset}
 	}
 	if n == l.max {

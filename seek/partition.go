@@ -135,6 +135,9 @@ type Partition struct {
 	oorStreak int  // OFFSET_OUT_OF_RANGE answers in a row without progress
 
 	regressAt int64 // position offset whose epoch regression was already checked
+	// noLastEpochAt: position offset for which fetches carry no
+	// LastFetchedEpoch (a DivergingEpoch there could not be acted on).
+	noLastEpochAt int64
 
 	brokeAt Position // PolicyNone halt: the reported consumed position
 	broke   bool
@@ -154,14 +157,15 @@ func NewPartition(cfg Config) (*Partition, error) {
 		ids = new(RequestIDs)
 	}
 	return &Partition{
-		cfg:       cfg,
-		ids:       ids,
-		pos:       Position{Offset: NoOffset, Epoch: NoEpoch},
-		leader:    Leader{ID: NoBroker, Epoch: NoEpoch},
-		lastSeen:  NoEpoch,
-		lineage:   newLineage(cfg.LineageSize),
-		regressAt: NoOffset,
-		acts:      make([]Action, 0, 4),
+		cfg:           cfg,
+		ids:           ids,
+		pos:           Position{Offset: NoOffset, Epoch: NoEpoch},
+		leader:        Leader{ID: NoBroker, Epoch: NoEpoch},
+		lastSeen:      NoEpoch,
+		lineage:       newLineage(cfg.LineageSize),
+		regressAt:     NoOffset,
+		noLastEpochAt: NoOffset,
+		acts:          make([]Action, 0, 4),
 	}, nil
 }
 
@@ -255,6 +259,7 @@ func (p *Partition) forget() {
 	p.rangeOK = false
 	p.oorStreak = 0
 	p.regressAt = NoOffset
+	p.noLastEpochAt = NoOffset
 	p.broke = false
 }
 
@@ -290,6 +295,9 @@ func (p *Partition) send() {
 			Offset:             p.pos.Offset,
 			CurrentLeaderEpoch: p.leader.Epoch,
 			LastFetchedEpoch:   p.pos.Epoch,
+		}
+		if p.noLastEpochAt == p.pos.Offset {
+			p.acts[len(p.acts)-1].Fetch.LastFetchedEpoch = NoEpoch
 		}
 	case StateAwaitingValidation:
 		if p.leader.Epoch < 0 {
@@ -387,7 +395,7 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 			p.startList(ListEarliest, 0, purposeStart)
 			return
 		}
-		if s.Epoch < 0 || ack {
+		if s.Epoch < 0 || s.Offset == 0 || ack {
 			// Nothing to validate, or the application accepted the
 			// reported break: continue from here in whatever lineage
 			// the leader has, without the epoch that diverged.
@@ -416,7 +424,7 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 
 // setPosition makes pos the valid position and roots the lineage there.
 func (p *Partition) setPosition(pos Position) {
-	p.pos = pos
+	p.pos = normal(pos)
 	p.lineage.root(pos)
 	p.state = StateFetching
 }
@@ -549,6 +557,12 @@ func (p *Partition) onDiverging(e DivergingEpoch) {
 	p.vpurpose = purposeValidate
 	p.check = p.pos
 	p.narrowing = false
+	if compare(p.check, e.End, &p.lineage).out == outConsistent {
+		// The leader flags a divergence that its own answer does not
+		// show (a broker that is not Kafka's): do not ask it again for
+		// this position, or it would say the same forever.
+		p.noLastEpochAt = p.pos.Offset
+	}
 	p.resolve(e.End)
 }
 
@@ -593,9 +607,10 @@ func (p *Partition) resolve(ans EpochEnd) {
 	switch v.out {
 	case outConsistent:
 		if p.narrowing {
-			// The leader has our record just below the candidate:
-			// the candidate is the first divergent offset.
-			p.diverged(p.cand, true)
+			// The leader has our record just below the candidate, in
+			// the epoch just checked: the candidate is the first
+			// divergent offset, and that epoch is the position's.
+			p.diverged(Position{Offset: p.cand.Offset, Epoch: p.check.Epoch}, true)
 			return
 		}
 		p.validated()
@@ -657,11 +672,21 @@ func (p *Partition) diverged(d Position, exact bool) {
 	p.acts = append(p.acts, Action{Kind: ActReport, Report: t})
 	// Move to the divergence point itself, validated by the answer just
 	// received; nothing more of the old lineage is delivered.
-	p.pos = d
+	p.pos = normal(d)
 	p.lineage.truncate(d.Offset, d.Epoch, exact)
 	p.regressAt = NoOffset
 	p.state = StateFetching
 	p.send()
+}
+
+// normal drops the epoch of a position at offset 0: there is no record
+// before it to have one (and a leader asked about it would answer
+// DivergingEpoch forever).
+func normal(pos Position) Position {
+	if pos.Offset <= 0 {
+		pos.Epoch = NoEpoch
+	}
+	return pos
 }
 
 // broken reports a break that has no divergence point and applies the
@@ -798,12 +823,16 @@ func (p *Partition) onLeader(e LeaderChanged) {
 		p.topicID = e.TopicID
 	}
 	if e.Epoch < 0 {
-		// No trustworthy epoch. Never let it replace a known one; only
-		// a partition that never saw epochs follows bare leader ids.
-		if p.lastSeen >= 0 || p.leader.Epoch >= 0 || e.Leader == p.leader.ID {
+		// No trustworthy epoch (Metadata below v9, or a leaderless
+		// partition). "No leader" never replaces a known leader
+		// (franz-go #1331); a leader named without an epoch is
+		// followed, without one: its requests carry no
+		// CurrentLeaderEpoch and nothing can be validated against it,
+		// but the fetches still carry LastFetchedEpoch.
+		if e.Leader < 0 || e.Leader == p.leader.ID {
 			return
 		}
-		p.leader.ID = e.Leader
+		p.leader = Leader{ID: e.Leader, Epoch: NoEpoch}
 		p.leaderMoved()
 		return
 	}

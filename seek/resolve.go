@@ -5,8 +5,14 @@ package seek
 // OffsetForLeaderEpoch(epoch), it returns where to continue: the offset
 // itself if the leader still has it (the epoch ends at or after it), else
 // the end of that epoch on the leader, which is the first offset of the next
-// larger epoch. The result is min(offset, answer.EndOffset), with the
-// leader's epoch.
+// larger epoch. The result is min(offset, answer.EndOffset).
+//
+// The result's epoch is the epoch of the leader's record just before it
+// when that is known: the epoch itself if the offset is kept in it, the
+// answer's epoch if the position moves to where that epoch ends; NoEpoch
+// when the leader never had the epoch and the offset is kept (the record
+// before it is in some older epoch). A wrong epoch would make the next
+// validation report a divergence that is not there.
 //
 // If the leader no longer has the epoch at all (it answers a smaller epoch)
 // and that smaller epoch ends at or after the offset, the offset is kept:
@@ -19,9 +25,15 @@ func Nearest(want Position, answer EpochEnd) (p Position, ok bool) {
 		return Position{Offset: NoOffset, Epoch: NoEpoch}, false
 	}
 	if answer.EndOffset < want.Offset {
-		return Position{Offset: answer.EndOffset, Epoch: answer.Epoch}, true
+		return normal(Position{Offset: answer.EndOffset, Epoch: answer.Epoch}), true
 	}
-	return Position{Offset: want.Offset, Epoch: answer.Epoch}, true
+	if answer.Epoch < want.Epoch {
+		// The leader's record before the offset is in some epoch ≤
+		// answer.Epoch; which one is unknown, and a wrong claim would
+		// fail the next validation. Continue without one.
+		return Position{Offset: want.Offset, Epoch: NoEpoch}, true
+	}
+	return normal(Position{Offset: want.Offset, Epoch: want.Epoch}), true
 }
 
 // outcome is what one leader answer says about a checked position.
@@ -71,7 +83,11 @@ type verdict struct {
 // everything before it, so d is exact; if it is smaller, the leader must be
 // asked about that epoch too (a log that diverged twice, e.g. after two
 // unclean elections), exactly as a follower iterates; if the lineage does
-// not know, d is the best bound (what Kafka reports).
+// not know, d is the best bound (what Kafka reports). Narrowing combines
+// several answers, which is sound only because they all come from one
+// leader epoch: every OffsetForLeaderEpoch carries CurrentLeaderEpoch and
+// a broker that moved on answers FENCED_LEADER_EPOCH, which restarts the
+// narrowing against the new leader.
 func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 	if answer.Undefined() {
 		return verdict{out: outUndefined}
@@ -92,7 +108,16 @@ func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 			return verdict{out: outConsistent}
 		}
 	}
-	at := Position{Offset: d, Epoch: answer.Epoch}
+	// The position a rewind to d takes. Its epoch must be that of the
+	// leader's record d-1: answer.Epoch if d is where that epoch ends (the
+	// epoch's range there is not empty), our epoch of record d-1 if the
+	// two logs agree there (below); otherwise it is not known, and a
+	// wrong claim would make a later validation report a divergence that
+	// is not there.
+	at := Position{Offset: d, Epoch: NoEpoch}
+	if d == answer.EndOffset {
+		at.Epoch = answer.Epoch
+	}
 	if from, ok := l.consumedFrom(); d <= 0 || ok && d <= from {
 		// Nothing was consumed below d in this lineage: every consumed
 		// record is gone, and d is where the leader's log departs.
@@ -103,7 +128,7 @@ func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 	case !known || ours > answer.Epoch:
 		return verdict{out: outBound, at: at}
 	case ours == answer.Epoch:
-		return verdict{out: outExact, at: at}
+		return verdict{out: outExact, at: Position{Offset: d, Epoch: ours}}
 	}
 	return verdict{out: outRecheck, at: at, recheck: Position{Offset: d, Epoch: ours}}
 }
