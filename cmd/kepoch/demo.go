@@ -5,62 +5,238 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/consumer"
 )
 
-// demo starts an embedded three-broker Kafka (franz-go's in-process kfake),
-// writes records across two leader changes, and prints the partition's
-// epoch lineage as the leader reports it: the facts kepoch's consumer checks
-// its position against (KIP-320).
+// demo shows kepoch's consumer catching a log truncation on an embedded
+// Kafka (franz-go's in-process kfake, three brokers, no set-up):
+//
+//  1. 30 payments are written and consumed (offsets 0..29, leader epoch 0);
+//  2. the cluster restarts having lost the last 10 acknowledged records —
+//     what an unclean leader election does — and a new leader (epoch 1)
+//     writes 5 refunds at offsets 20..24, where payments 20..29 were;
+//  3. the consumer reports the truncation with the exact divergence point
+//     and the delivered offsets that were replaced, then reads the new
+//     lineage from there, each record once.
+//
+// The loss is real: the restarted broker's log no longer holds the records
+// (kfake's persisted segment is cut before the last batch), so every answer
+// the consumer gets is the broker's own.
 func demo(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	verbose := fs.Bool("v", false, "print every record")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	const topic = "payments"
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, topic))
+
+	dir, err := os.MkdirTemp("", "kepoch-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	start := func() (*kfake.Cluster, error) {
+		return kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(ports...), kfake.DataDir(dir), kfake.SeedTopics(1, topic))
+	}
+	cluster, err := start()
 	if err != nil {
 		return fmt.Errorf("starting the embedded cluster: %w", err)
 	}
-	defer c.Close()
-	fmt.Fprintf(w, "embedded Kafka (kfake) with 3 brokers at %v, topic %q\n", c.ListenAddrs(), topic)
+	defer func() { cluster.Close() }()
+	seeds := cluster.ListenAddrs()
+	fmt.Fprintf(w, "embedded Kafka (kfake), 3 brokers at %v, topic %q\n", seeds, topic)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
+	// 20 payments one by one, then 10 in one batch: the batch the
+	// "unclean election" will lose.
+	if err := produce(ctx, seeds, topic, "payment", 0, 20, false); err != nil {
+		return err
+	}
+	if err := produce(ctx, seeds, topic, "payment", 20, 10, true); err != nil {
+		return err
+	}
+
+	var reported []consumer.TruncationEvent
+	cons, err := consumer.New(
+		consumer.SeedBrokers(seeds...),
+		consumer.TruncationPolicy(consumer.PolicyEarliest),
+		consumer.FetchMaxWait(50*time.Millisecond),
+		consumer.RetryBackoff(50*time.Millisecond),
+		consumer.MetadataMaxAge(250*time.Millisecond),
+		consumer.OnTruncation(func(e consumer.TruncationEvent) { reported = append(reported, e) }),
+	)
+	if err != nil {
+		return err
+	}
+	defer cons.Close(context.Background())
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
+		return err
+	}
+	recs, err := pollN(ctx, cons, 30)
+	if err != nil {
+		return err
+	}
+	show(w, *verbose, recs)
+	pos, _ := cons.Position(topic, 0)
+	fmt.Fprintf(w, "consumed offsets %d..%d; position %v (offset@leader epoch)\n", recs[0].Offset, recs[len(recs)-1].Offset, pos)
+
+	// The "unclean election": the log loses its last batch, a new leader
+	// epoch begins, and new records take the lost offsets.
+	cluster.Close()
+	if err := cutLastBatch(dir, topic); err != nil {
+		return err
+	}
+	if cluster, err = start(); err != nil {
+		return fmt.Errorf("restarting the embedded cluster: %w", err)
+	}
+	// kfake, unlike Kafka, cannot locate an old epoch while the new one
+	// holds no records yet, so the consumer's OffsetForLeaderEpoch waits
+	// until the new leader has written (a real broker answers at once).
+	written := make(chan struct{})
+	cluster.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		cluster.SleepControl(func() { <-written })
+		return nil, nil, false
+	})
+	if err := cluster.MoveTopicPartition(topic, 0, (cluster.LeaderFor(topic, 0)+1)%3); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "broker restarted without payments 20..29 (acknowledged, now lost); leadership moved to broker %d\n", cluster.LeaderFor(topic, 0))
+	err = produce(ctx, seeds, topic, "refund", 0, 5, false)
+	close(written)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "new leader wrote refund-0..refund-4 at offsets 20..24")
+
+	recs, err = pollN(ctx, cons, 5)
+	if err != nil {
+		return err
+	}
+	if len(reported) != 1 {
+		return fmt.Errorf("expected one truncation report, got %v", reported)
+	}
+	e := reported[0]
+	fmt.Fprintf(w, "kepoch reported: %v\n", e)
+	fmt.Fprintf(w, "  consumed to %v; the leader says epoch %d ends at offset %d\n", e.Consumed, e.Divergent.Epoch, e.Divergent.Offset)
+	fmt.Fprintf(w, "  delivered offsets %d..%d no longer exist as consumed: compensate for them\n", e.Replaced.From, e.Replaced.To-1)
+	show(w, *verbose, recs)
+	fmt.Fprintf(w, "then read the new lineage from the divergence point: %s..%s at offsets %d..%d, leader epoch %d\n",
+		recs[0].Value, recs[len(recs)-1].Value, recs[0].Offset, recs[len(recs)-1].Offset, recs[0].LeaderEpoch)
+	pos, _ = cons.Position(topic, 0)
+	fmt.Fprintf(w, "position %v; nothing skipped, nothing delivered twice from one lineage\n", pos)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	produce := func(n int, prefix string) error {
-		for i := 0; i < n; i++ {
-			if err := cl.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("%s-%d", prefix, i))).FirstErr(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := produce(10, "first-leader"); err != nil {
-		return err
-	}
-	for move := 0; move < 2; move++ {
-		next := (c.LeaderFor(topic, 0) + 1) % 3
-		if err := c.MoveTopicPartition(topic, 0, next); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "leadership of %s/0 moved to broker %d\n", topic, next)
-		if err := produce(10, fmt.Sprintf("leader-%d", next)); err != nil {
-			return err
-		}
-	}
 	l, err := readLineage(ctx, cl, topic, 0, 5)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(w, "the leader's own record of its epochs (kepoch epochs):")
 	l.print(w)
-	fmt.Fprintln(w, "the kepoch consumer (issue #5) is not built yet: this demo will then engineer a truncation and show the consumer reporting it")
 	return nil
+}
+
+func produce(ctx context.Context, seeds []string, topic, prefix string, from, n int, oneBatch bool) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for i := from; i < from+n; i++ {
+		rs = append(rs, kgo.StringRecord(fmt.Sprintf("%s-%d", prefix, i)))
+	}
+	if oneBatch {
+		return cl.ProduceSync(ctx, rs...).FirstErr()
+	}
+	for _, r := range rs {
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pollN(ctx context.Context, cons *consumer.Consumer, n int) ([]consumer.Record, error) {
+	var out []consumer.Record
+	for len(out) < n {
+		f, err := cons.Poll(ctx)
+		if err != nil {
+			return out, fmt.Errorf("poll: %w (have %d of %d records)", err, len(out), n)
+		}
+		if err := f.Err(); err != nil {
+			return out, err
+		}
+		out = append(out, f.Records...)
+	}
+	return out, nil
+}
+
+func show(w io.Writer, verbose bool, recs []consumer.Record) {
+	if !verbose {
+		return
+	}
+	for _, r := range recs {
+		fmt.Fprintf(w, "  %d@%d %s\n", r.Offset, r.LeaderEpoch, r.Value)
+	}
+}
+
+// cutLastBatch removes the last record batch of the topic's partition 0
+// from kfake's persisted segment: one byte short, the batch is dropped when
+// the broker loads its log. The snapshot is removed so the log is rebuilt
+// from the segment.
+func cutLastBatch(dir, topic string) error {
+	pdir := filepath.Join(dir, "partitions", topic+"-0")
+	seg := filepath.Join(pdir, "0.dat")
+	st, err := os.Stat(seg)
+	if err != nil {
+		return fmt.Errorf("the embedded broker's log segment: %w", err)
+	}
+	if err := os.Truncate(seg, st.Size()-1); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(pdir, "snapshot.json")); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// freePorts returns n free TCP ports on 127.0.0.1 (the demo restarts its
+// cluster on the same ports, so the consumer reconnects as it would to a
+// restarted broker).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

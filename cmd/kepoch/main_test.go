@@ -7,12 +7,19 @@ import (
 	"testing"
 )
 
-func TestDemoRunsAndShowsLineage(t *testing.T) {
+func TestDemoReportsTheTruncation(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"demo"}, &out, &errOut); code != 0 {
 		t.Fatalf("demo exited %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"embedded Kafka", "leader epoch 2", "epoch   1: ends at offset 20", "epoch   0: ends at offset 10"} {
+	for _, want := range []string{
+		"consumed offsets 0..29; position 30@0",
+		"kepoch reported: payments[0] diverged: consumed to 30@0, log diverges at 20@0, delivered offsets [20,30) replaced",
+		"refund-0..refund-4 at offsets 20..24, leader epoch 1",
+		"position 25@1",
+		"epoch   1: ends at offset 25",
+		"epoch   0: ends at offset 20",
+	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
