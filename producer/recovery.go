@@ -287,9 +287,10 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 func (s *Sequencer) outOfOrder(b *batch, cause Cause, d *Decision) {
 	p := b.part
 	next := !p.rewrite && p.isNext(b)
-	if !next && !p.rewrite && !s.stale(b) {
+	if !next && !p.rewrite {
 		// The leader expects an earlier sequence: an earlier batch of
-		// this partition failed or is being retried. Resend after it.
+		// this partition failed or is being retried. Resend after it,
+		// under the same identity even if the producer bumped since.
 		s.resend(b, false, d)
 		return
 	}

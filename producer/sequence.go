@@ -542,3 +542,7 @@ func (s *Sequencer) Partition(tp TopicPartition) (PartitionState, bool) {
 	}
 	return st, true
 }
+
+// AwaitingProducerID reports whether the Sequencer asked for a new producer
+// ID (Decision.NeedProducerID) and SetProducer has not been called yet.
+func (s *Sequencer) AwaitingProducerID() bool { return s.awaitingID }

@@ -1,0 +1,228 @@
+package producer
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+var (
+	tp0 = TopicPartition{"t", 0}
+	tp1 = TopicPartition{"t", 1}
+	tp2 = TopicPartition{"t", 2}
+	pid = ProducerID{ID: 1000, Epoch: 5}
+)
+
+// harness wraps a Sequencer with fail-fast helpers.
+type harness struct {
+	t *testing.T
+	s *Sequencer
+}
+
+func newHarness(t *testing.T, cfg Config, id ProducerID) *harness {
+	t.Helper()
+	s, err := NewSequencer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !id.Valid() {
+		return &harness{t, s}
+	}
+	if _, err := s.SetProducer(id); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t, s}
+}
+
+func (h *harness) assign(tp TopicPartition, n int32) (BatchRef, BatchIdentity) {
+	h.t.Helper()
+	ref, id, err := h.s.Assign(tp, n, time.Time{})
+	if err != nil {
+		h.t.Fatalf("Assign(%v, %d): %v", tp, n, err)
+	}
+	return ref, id
+}
+
+func (h *harness) assignDeadline(tp TopicPartition, n int32, dl time.Time) BatchRef {
+	h.t.Helper()
+	ref, _, err := h.s.Assign(tp, n, dl)
+	if err != nil {
+		h.t.Fatalf("Assign(%v, %d): %v", tp, n, err)
+	}
+	return ref
+}
+
+func (h *harness) ok(ref BatchRef, offset int64) Decision {
+	h.t.Helper()
+	return h.s.Complete(ref, ProduceResult{BaseOffset: offset, LogStartOffset: 0})
+}
+
+func (h *harness) code(ref BatchRef, code int16) Decision {
+	h.t.Helper()
+	return h.s.Complete(ref, ProduceResult{Code: code, BaseOffset: -1, LogStartOffset: -1})
+}
+
+// resend sends tp's next retry and checks it is ref with identity want.
+func (h *harness) resend(tp TopicPartition, ref BatchRef, want BatchIdentity) {
+	h.t.Helper()
+	got, id, ok := h.s.NextResend(tp)
+	if !ok || got != ref || id != want {
+		h.t.Fatalf("NextResend(%v) = %d %v %v, want %d %v", tp, got, id, ok, ref, want)
+	}
+	if err := h.s.Sent(ref); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) noResend(tp TopicPartition) {
+	h.t.Helper()
+	if ref, id, ok := h.s.NextResend(tp); ok {
+		h.t.Fatalf("NextResend(%v) = %d %v, want none", tp, ref, id)
+	}
+}
+
+func (h *harness) state(tp TopicPartition) PartitionState {
+	h.t.Helper()
+	st, ok := h.s.Partition(tp)
+	if !ok {
+		h.t.Fatalf("no state for %v", tp)
+	}
+	return st
+}
+
+func id(p ProducerID, seq int32) BatchIdentity { return BatchIdentity{Producer: p, BaseSequence: seq} }
+
+func TestNextSequenceWraps(t *testing.T) {
+	cases := []struct{ seq, n, want int32 }{
+		{0, 1, 1},
+		{10, 5, 15},
+		{math.MaxInt32, 1, 0},
+		{math.MaxInt32 - 1, 3, 1},
+		{math.MaxInt32 - 4, 5, 0},
+	}
+	for _, c := range cases {
+		if got := NextSequence(c.seq, c.n); got != c.want {
+			t.Errorf("NextSequence(%d, %d) = %d, want %d", c.seq, c.n, got, c.want)
+		}
+	}
+	if got := LastSequence(math.MaxInt32, 2); got != 0 {
+		t.Errorf("LastSequence(MaxInt32, 2) = %d, want 0", got)
+	}
+}
+
+func TestNewSequencerRejectsMoreThanFiveInFlight(t *testing.T) {
+	if _, err := NewSequencer(Config{MaxInFlight: 6}); err == nil {
+		t.Fatal("MaxInFlight 6 accepted")
+	}
+	s, err := NewSequencer(Config{})
+	if err != nil || s.cfg.MaxInFlight != MaxInFlightPerPartition {
+		t.Fatalf("default MaxInFlight: %v %v", s, err)
+	}
+}
+
+func TestAssignSequencesPerPartition(t *testing.T) {
+	h := newHarness(t, Config{}, NoProducerID)
+	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrNoProducerID) {
+		t.Fatalf("Assign before SetProducer: %v", err)
+	}
+	if _, err := h.s.SetProducer(pid); err != nil {
+		t.Fatal(err)
+	}
+	_, a := h.assign(tp0, 3)
+	_, b := h.assign(tp0, 2)
+	_, c := h.assign(tp1, 4)
+	if a != id(pid, 0) || b != id(pid, 3) || c != id(pid, 0) {
+		t.Fatalf("identities %v %v %v", a, b, c)
+	}
+	if st := h.state(tp0); st.NextSequence != 5 || st.LastAckedSequence != -1 || len(st.InFlight) != 2 {
+		t.Fatalf("state %+v", st)
+	}
+	if _, _, err := h.s.Assign(tp0, 0, time.Time{}); err == nil {
+		t.Fatal("empty batch accepted")
+	}
+}
+
+func TestInFlightLimit(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	refs := make([]BatchRef, 5)
+	for i := range refs {
+		refs[i], _ = h.assign(tp0, 1)
+	}
+	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("6th batch: %v", err)
+	}
+	h.ok(refs[0], 100)
+	if _, got := h.assign(tp0, 1); got != id(pid, 5) {
+		t.Fatalf("after an ack: %v", got)
+	}
+	h2 := newHarness(t, Config{MaxInFlight: 1}, pid)
+	h2.assign(tp0, 1)
+	if _, _, err := h2.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("MaxInFlight 1: %v", err)
+	}
+}
+
+// TestSequenceWrapAcrossAcks: a partition whose sequences reach MaxInt32
+// continues at 0, and the leader's "next" check follows the wrap.
+func TestSequenceWrapAcrossAcks(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	h.assign(tp0, 1) // create the partition
+	p := h.s.parts[tp0]
+	h.s.Complete(p.inflight[0].ref, ProduceResult{BaseOffset: 0})
+	p.nextSeq, p.lastAckedSeq = math.MaxInt32-1, math.MaxInt32-2
+	ref, got := h.assign(tp0, 3)
+	if got != id(pid, math.MaxInt32-1) {
+		t.Fatalf("base %v", got)
+	}
+	if st := h.state(tp0); st.NextSequence != 1 {
+		t.Fatalf("next after wrap %d", st.NextSequence)
+	}
+	h.ok(ref, 10)
+	if st := h.state(tp0); st.LastAckedSequence != 0 {
+		t.Fatalf("last acked after wrap %d", st.LastAckedSequence)
+	}
+	ref2, got2 := h.assign(tp0, 1)
+	if got2 != id(pid, 1) || !p.isNext(h.s.batches[ref2]) {
+		t.Fatalf("batch after wrap %v is not next", got2)
+	}
+}
+
+// TestOutOfOrderAcks: an acknowledgement of a later batch does not advance
+// the last acknowledged sequence past an unacknowledged earlier batch.
+func TestOutOfOrderAcks(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r1, _ := h.assign(tp0, 2)
+	r2, _ := h.assign(tp0, 3)
+	d := h.ok(r2, 12)
+	if len(d.Acks) != 1 || d.Acks[0].Batch != r2 {
+		t.Fatalf("acks %+v", d.Acks)
+	}
+	if st := h.state(tp0); st.LastAckedSequence != -1 || st.LastAckedOffset != 14 || len(st.InFlight) != 1 {
+		t.Fatalf("state %+v", st)
+	}
+	h.ok(r1, 10)
+	if st := h.state(tp0); st.LastAckedSequence != 4 || len(st.InFlight) != 0 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestSentOnlyForTheNextResend(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r1, i1 := h.assign(tp0, 1)
+	r2, _ := h.assign(tp0, 1)
+	if err := h.s.Sent(r1); err == nil {
+		t.Fatal("Sent on an outstanding batch accepted")
+	}
+	h.code(r1, 6) // NOT_LEADER_OR_FOLLOWER
+	h.code(r2, 6)
+	if err := h.s.Sent(r2); err == nil {
+		t.Fatal("Sent on a batch behind the head accepted")
+	}
+	h.resend(tp0, r1, i1)
+	h.noResend(tp0) // r2 waits until r1 is acknowledged
+	h.ok(r1, 0)
+	if ref, _, ok := h.s.NextResend(tp0); !ok || ref != r2 {
+		t.Fatalf("NextResend after head ack: %d %v", ref, ok)
+	}
+}

@@ -1,0 +1,626 @@
+package producer
+
+// txnstate.go: the transactional producer's state machine (Java's
+// TransactionManager states, plus an explicit epoch-bump state), driving a
+// transactional Sequencer. Pure: it returns the coordinator requests to send
+// and consumes their answers.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// TxnStateKind is a transactional producer state.
+type TxnStateKind uint8
+
+const (
+	// TxnUninitialized: InitTransactions has not been called.
+	TxnUninitialized TxnStateKind = iota
+	// TxnInitializing: InitProducerId (transactional ID, -1, -1) in progress.
+	TxnInitializing
+	// TxnReady: no transaction open; Begin may start one.
+	TxnReady
+	// TxnInTransaction: a transaction is open; produce, add partitions.
+	TxnInTransaction
+	// TxnCommitting: waiting for in-flight batches, then EndTxn(commit).
+	TxnCommitting
+	// TxnAborting: waiting for in-flight batches, then EndTxn(abort).
+	TxnAborting
+	// TxnBumpingEpoch: after an abort that disturbed sequences (or lost an
+	// EndTxn answer, or INVALID_PRODUCER_ID_MAPPING), InitProducerId with
+	// the current producer ID and epoch (KIP-360) for a new epoch.
+	TxnBumpingEpoch
+	// TxnAbortableError: the transaction cannot commit; Abort is the only
+	// way on.
+	TxnAbortableError
+	// TxnFatalError: the producer is fenced or not authorized; it cannot
+	// continue.
+	TxnFatalError
+)
+
+var txnStateNames = [...]string{"Uninitialized", "Initializing", "Ready", "InTransaction", "Committing",
+	"Aborting", "BumpingEpoch", "AbortableError", "FatalError"}
+
+func (k TxnStateKind) String() string {
+	if int(k) < len(txnStateNames) {
+		return txnStateNames[k]
+	}
+	return fmt.Sprintf("TxnStateKind(%d)", k)
+}
+
+// txnAllowedFrom lists, for each target state, the states it may be entered
+// from (Java's TransactionManager.State.isTransitionValid, with Java's
+// "INITIALIZING after ABORTING" bump named BumpingEpoch).
+var txnAllowedFrom = map[TxnStateKind][]TxnStateKind{
+	TxnInitializing:   {TxnUninitialized},
+	TxnReady:          {TxnInitializing, TxnBumpingEpoch, TxnCommitting, TxnAborting},
+	TxnInTransaction:  {TxnReady},
+	TxnCommitting:     {TxnInTransaction},
+	TxnAborting:       {TxnInTransaction, TxnAbortableError},
+	TxnBumpingEpoch:   {TxnAborting, TxnCommitting},
+	TxnAbortableError: {TxnInTransaction, TxnCommitting, TxnAbortableError, TxnInitializing, TxnBumpingEpoch},
+}
+
+// Errors of the transactional state machine.
+var (
+	// ErrTxnState: the call is not allowed in the current state.
+	ErrTxnState = errors.New("kepoch: operation not allowed in this transaction state")
+	// ErrAbortRequired: the transaction hit an abortable error; it cannot
+	// commit. Errors wrapping it also wrap the cause.
+	ErrAbortRequired = errors.New("kepoch: transaction must be aborted")
+	// ErrTransactionAborted: pending batches failed because the
+	// application aborted the transaction.
+	ErrTransactionAborted = errors.New("kepoch: transaction aborted")
+)
+
+// TxnRequest is a coordinator request the state machine wants sent:
+// *InitProducerIDRequest, *AddPartitionsRequest or *EndTxnRequest.
+type TxnRequest interface{ isTxnRequest() }
+
+// InitProducerIDRequest: InitProducerId for TransactionalID. Producer is
+// NoProducerID for a new producer (initialization) and the current identity
+// for a KIP-360 epoch bump (InitProducerId v3+); a lost answer is retried
+// with the same identity, which the coordinator answers with the epoch it
+// already gave.
+type InitProducerIDRequest struct {
+	TransactionalID string
+	Producer        ProducerID
+}
+
+// AddPartitionsRequest: AddPartitionsToTxn for Partitions.
+type AddPartitionsRequest struct {
+	TransactionalID string
+	Producer        ProducerID
+	Partitions      []TopicPartition
+}
+
+// EndTxnRequest: EndTxn with Commit true (commit) or false (abort).
+type EndTxnRequest struct {
+	TransactionalID string
+	Producer        ProducerID
+	Commit          bool
+}
+
+func (*InitProducerIDRequest) isTxnRequest() {}
+func (*AddPartitionsRequest) isTxnRequest()  {}
+func (*EndTxnRequest) isTxnRequest()         {}
+
+// TxnStep is what the I/O layer must do after a TxnState call.
+type TxnStep struct {
+	// Send is the coordinator request to send now (nil: none). At most one
+	// coordinator request is outstanding at a time.
+	Send TxnRequest
+	// FindCoordinator: rediscover the transaction coordinator before
+	// sending Send.
+	FindCoordinator bool
+	// WaitDrain: EndTxn waits until the Sequencer is Drained (no batch on
+	// the wire or pending); call Poll when that changes.
+	WaitDrain bool
+	// Decision carries Sequencer outcomes caused by this step (batches
+	// failed by an abort, rewrites after a new identity).
+	Decision Decision
+	// Done: the operation in progress (InitTransactions, Commit, Abort)
+	// finished; Err is its result.
+	Done bool
+	Err  error
+}
+
+// TxnConfig configures a TxnState.
+type TxnConfig struct {
+	TransactionalID string
+	// CoordinatorBumps: the coordinator supports InitProducerId v3+
+	// (KIP-360), so a bump sends the current producer ID and epoch. Without
+	// it the bump re-initializes with NoProducerID, which the coordinator
+	// of this transactional ID also answers with the same producer ID and
+	// the next epoch.
+	CoordinatorBumps bool
+	// ImplicitAddPartitions: transactions V2 (KIP-890, Produce v12+): the
+	// broker adds partitions to the transaction itself; no
+	// AddPartitionsToTxn is sent.
+	ImplicitAddPartitions bool
+}
+
+// TxnState is the state machine of a transactional producer. It owns the
+// transactional Sequencer it drives (its Config.Transactional must be true)
+// and is not safe for concurrent use.
+//
+// The I/O layer's loop:
+//
+//	step := InitTransactions()           send step.Send, then Handle… its answer
+//	Begin()
+//	AddPartition(tp) / CanProduce(tp)    before producing to tp (TV1: AddPartitionsToTxn)
+//	HandleProduce(seq.Complete(…))       for every Produce decision
+//	Commit() / Abort()                   then Poll() whenever the Sequencer drains
+//	HandleEndTxn(…), HandleInitProducerID(…)
+type TxnState struct {
+	cfg   TxnConfig
+	seq   *Sequencer
+	state TxnStateKind
+	err   error // the abortable or fatal error
+
+	bumpRequired    bool // the next abort must end with a new epoch
+	skipEndTxn      bool // INVALID_PRODUCER_ID_MAPPING: abort via InitProducerId only
+	endTxnUncertain bool // an EndTxn attempt got no answer (KAFKA-17754)
+
+	added       map[TopicPartition]bool // partitions in the open transaction
+	pendingAdd  []TopicPartition        // to add, not yet sent
+	outstanding TxnRequest              // coordinator request on the wire
+	resend      TxnRequest              // request to send again
+	findCoord   bool
+}
+
+// NewTxnState returns a TxnState in TxnUninitialized driving seq.
+func NewTxnState(cfg TxnConfig, seq *Sequencer) (*TxnState, error) {
+	if cfg.TransactionalID == "" {
+		return nil, errors.New("kepoch: empty transactional ID")
+	}
+	if seq == nil || !seq.cfg.Transactional {
+		return nil, errors.New("kepoch: TxnState needs a transactional Sequencer")
+	}
+	return &TxnState{cfg: cfg, seq: seq, added: make(map[TopicPartition]bool)}, nil
+}
+
+// State returns the current state.
+func (t *TxnState) State() TxnStateKind { return t.state }
+
+// Err returns the abortable or fatal error that put the producer in its
+// current error state (nil otherwise).
+func (t *TxnState) Err() error { return t.err }
+
+// BumpRequired reports whether the next abort will end with an epoch bump.
+func (t *TxnState) BumpRequired() bool { return t.bumpRequired }
+
+func (t *TxnState) transition(to TxnStateKind) error {
+	if to == TxnFatalError || slices.Contains(txnAllowedFrom[to], t.state) {
+		t.state = to
+		return nil
+	}
+	return fmt.Errorf("%w: %v → %v", ErrTxnState, t.state, to)
+}
+
+// InitTransactions starts initialization: InitProducerId(transactional ID,
+// -1, -1).
+func (t *TxnState) InitTransactions() (TxnStep, error) {
+	if err := t.transition(TxnInitializing); err != nil {
+		return TxnStep{}, err
+	}
+	t.resend = &InitProducerIDRequest{TransactionalID: t.cfg.TransactionalID, Producer: NoProducerID}
+	return t.Poll(), nil
+}
+
+// Begin opens a transaction.
+func (t *TxnState) Begin() error {
+	if err := t.transition(TxnInTransaction); err != nil {
+		return err
+	}
+	clear(t.added)
+	t.pendingAdd = t.pendingAdd[:0]
+	return nil
+}
+
+// AddPartition makes tp part of the open transaction. With transactions V1
+// it queues an AddPartitionsToTxn (sent by this or a later step); produce to
+// tp only once CanProduce(tp) is nil.
+func (t *TxnState) AddPartition(tp TopicPartition) (TxnStep, error) {
+	if t.state != TxnInTransaction {
+		return TxnStep{}, t.stateErr()
+	}
+	if !t.added[tp] && !slices.Contains(t.pendingAdd, tp) {
+		if t.cfg.ImplicitAddPartitions {
+			t.added[tp] = true
+		} else {
+			t.pendingAdd = append(t.pendingAdd, tp)
+		}
+	}
+	return t.Poll(), nil
+}
+
+// CanProduce returns nil when batches for tp may be assigned now.
+func (t *TxnState) CanProduce(tp TopicPartition) error {
+	if t.state != TxnInTransaction {
+		return t.stateErr()
+	}
+	if !t.added[tp] {
+		return fmt.Errorf("%w: %v not yet added to the transaction", ErrTxnState, tp)
+	}
+	return nil
+}
+
+func (t *TxnState) stateErr() error {
+	switch t.state {
+	case TxnAbortableError:
+		return fmt.Errorf("%w: %w", ErrAbortRequired, t.err)
+	case TxnFatalError:
+		return fmt.Errorf("%w: %w", ErrProducerFatal, t.err)
+	}
+	return fmt.Errorf("%w: %v", ErrTxnState, t.state)
+}
+
+// Commit starts committing the open transaction: once every batch is
+// acknowledged, EndTxn(commit). The Done step reports the result.
+func (t *TxnState) Commit() (TxnStep, error) {
+	if t.state != TxnInTransaction {
+		return TxnStep{}, t.stateErr()
+	}
+	if err := t.transition(TxnCommitting); err != nil {
+		return TxnStep{}, err
+	}
+	t.pendingAdd = t.pendingAdd[:0]
+	return t.Poll(), nil
+}
+
+// Abort starts aborting the open transaction (or recovering from an abortable
+// error): batches not on the wire fail, the rest are waited for, then
+// EndTxn(abort) (skipped after INVALID_PRODUCER_ID_MAPPING), then, if
+// sequences were disturbed or an EndTxn answer was lost, InitProducerId for a
+// new epoch. The Done step reports the result.
+func (t *TxnState) Abort() (TxnStep, error) {
+	if err := t.transition(TxnAborting); err != nil {
+		return TxnStep{}, t.stateErr()
+	}
+	t.pendingAdd = t.pendingAdd[:0]
+	d := t.seq.FailPending(ErrTransactionAborted)
+	step := t.Poll()
+	step.Decision = d
+	return step, nil
+}
+
+// HandleProduce applies a Sequencer decision (from Complete or Expire) to the
+// transaction: abortable errors make it abortable, fatal ones fatal.
+func (t *TxnState) HandleProduce(d Decision) TxnStep {
+	var step TxnStep
+	switch {
+	case d.Fatal != nil:
+		step = t.fatal(d.Fatal)
+	case d.Abortable != nil:
+		step = t.abortable(d.Abortable.Err, d.Abortable.BumpEpoch, d.Abortable.SkipEndTxn)
+	default:
+		step = t.Poll()
+	}
+	return step
+}
+
+func (t *TxnState) fatal(err error) TxnStep {
+	wasBusy := t.state == TxnCommitting || t.state == TxnAborting || t.state == TxnInitializing || t.state == TxnBumpingEpoch
+	if t.state != TxnFatalError {
+		t.err = err
+	}
+	_ = t.transition(TxnFatalError)
+	t.resend, t.outstanding = nil, nil
+	step := TxnStep{Decision: t.seq.FailPending(fmt.Errorf("%w: %w", ErrProducerFatal, err))}
+	if wasBusy {
+		step.Done, step.Err = true, fmt.Errorf("%w: %w", ErrProducerFatal, err)
+	}
+	return step
+}
+
+func (t *TxnState) abortable(err error, bump, skipEndTxn bool) TxnStep {
+	t.bumpRequired = t.bumpRequired || bump
+	t.skipEndTxn = t.skipEndTxn || skipEndTxn
+	switch t.state {
+	case TxnAborting, TxnBumpingEpoch, TxnFatalError:
+		// Already on the way out (Java skips this transition while
+		// aborting); the flags above still apply to the abort.
+		return t.Poll()
+	}
+	wasCommitting := t.state == TxnCommitting
+	if t.transition(TxnAbortableError) != nil {
+		return t.Poll()
+	}
+	t.err = err
+	t.pendingAdd = t.pendingAdd[:0]
+	d := t.seq.FailPending(fmt.Errorf("%w: %w", ErrAbortRequired, err))
+	step := t.Poll()
+	step.Decision = d
+	if wasCommitting {
+		step.Done, step.Err = true, fmt.Errorf("%w: %w", ErrAbortRequired, err)
+	}
+	return step
+}
+
+// Poll returns what to do now: a coordinator request to send, or whether
+// EndTxn is waiting for the Sequencer to drain.
+func (t *TxnState) Poll() TxnStep {
+	var step TxnStep
+	if t.outstanding != nil {
+		return step
+	}
+	producer := t.seq.Producer()
+	switch t.state {
+	case TxnInTransaction:
+		if t.resend == nil && len(t.pendingAdd) > 0 {
+			t.resend = &AddPartitionsRequest{TransactionalID: t.cfg.TransactionalID, Producer: producer,
+				Partitions: slices.Clone(t.pendingAdd)}
+		}
+	case TxnCommitting, TxnAborting:
+		if !t.seq.Drained() {
+			step.WaitDrain = true
+			return step
+		}
+		if t.resend == nil {
+			commit := t.state == TxnCommitting
+			switch {
+			case !commit && (t.skipEndTxn || !producer.Valid()):
+				// INVALID_PRODUCER_ID_MAPPING: the coordinator would
+				// refuse EndTxn; go straight to InitProducerId.
+				t.startBump()
+			default:
+				t.resend = &EndTxnRequest{TransactionalID: t.cfg.TransactionalID, Producer: producer, Commit: commit}
+			}
+		}
+	}
+	if t.resend != nil {
+		step.Send, t.outstanding, t.resend = t.resend, t.resend, nil
+		step.FindCoordinator, t.findCoord = t.findCoord, false
+	}
+	return step
+}
+
+// startBump moves to TxnBumpingEpoch with its InitProducerId queued.
+func (t *TxnState) startBump() {
+	_ = t.transition(TxnBumpingEpoch)
+	id := t.seq.Producer()
+	if !t.cfg.CoordinatorBumps || !id.Valid() {
+		id = NoProducerID
+	}
+	t.resend = &InitProducerIDRequest{TransactionalID: t.cfg.TransactionalID, Producer: id}
+}
+
+// coordinatorRetry reports whether code means "send the same request again",
+// and whether the coordinator must be rediscovered first.
+func coordinatorRetry(code int16) (retry, find bool) {
+	switch code {
+	case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code:
+		return true, true
+	case kerr.CoordinatorLoadInProgress.Code, kerr.ConcurrentTransactions.Code,
+		kerr.RequestTimedOut.Code, kerr.NetworkException.Code:
+		return true, false
+	}
+	return false, false
+}
+
+// retryOutstanding queues the outstanding request to be sent again.
+func (t *TxnState) retryOutstanding(find bool) TxnStep {
+	t.resend, t.outstanding = t.outstanding, nil
+	t.findCoord = t.findCoord || find
+	return t.Poll()
+}
+
+// InitProducerIDResult is an InitProducerId answer.
+type InitProducerIDResult struct {
+	Delivery Delivery
+	Code     int16
+	Producer ProducerID
+}
+
+// HandleInitProducerID applies the answer to the outstanding InitProducerId.
+//
+//	NONE                                    adopt the identity (SetProducer: sequences restart at 0) → Ready
+//	NotSent, NoResponse,                    send the same request again (a lost answer is safe to
+//	  CONCURRENT_TRANSACTIONS, COORDINATOR_   retry: the coordinator returns the epoch it already gave)
+//	  LOAD_IN_PROGRESS, REQUEST_TIMED_OUT
+//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, then the same
+//	  AVAILABLE
+//	TRANSACTION_ABORTABLE                   abortable error
+//	PRODUCER_FENCED, INVALID_PRODUCER_      fatal (fenced; < v4 coordinators say 47 for fenced)
+//	  EPOCH
+//	anything else (authorization, …)        fatal
+func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error) {
+	if _, ok := t.outstanding.(*InitProducerIDRequest); !ok || (t.state != TxnInitializing && t.state != TxnBumpingEpoch) {
+		return TxnStep{}, fmt.Errorf("%w: no InitProducerId outstanding", ErrTxnState)
+	}
+	if r.Delivery != Answered {
+		return t.retryOutstanding(false), nil
+	}
+	if retry, find := coordinatorRetry(r.Code); retry {
+		return t.retryOutstanding(find), nil
+	}
+	t.outstanding = nil
+	switch r.Code {
+	case 0:
+		d, err := t.seq.SetProducer(r.Producer)
+		if err != nil {
+			return t.fatal(err), nil
+		}
+		_ = t.transition(TxnReady)
+		t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+		return TxnStep{Decision: d, Done: true}, nil
+	case kerr.TransactionAbortable.Code:
+		step := t.abortable(kerr.TransactionAbortable, true, false)
+		step.Done, step.Err = true, fmt.Errorf("%w: %w", ErrAbortRequired, kerr.TransactionAbortable)
+		return step, nil
+	default:
+		return t.fatal(codeError(r.Code)), nil
+	}
+}
+
+// AddPartitionResult is one partition's AddPartitionsToTxn answer.
+type AddPartitionResult struct {
+	TP   TopicPartition
+	Code int16
+}
+
+// HandleAddPartitions applies the answer to the outstanding
+// AddPartitionsToTxn (results per partition; delivery for the request).
+//
+//	NONE                                    partition added: CanProduce(tp) is nil
+//	NotSent, NoResponse; CONCURRENT_        add again
+//	  TRANSACTIONS, COORDINATOR_LOAD_IN_
+//	  PROGRESS, UNKNOWN_TOPIC_OR_PARTITION,
+//	  OPERATION_NOT_ATTEMPTED
+//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, add again
+//	  AVAILABLE
+//	UNKNOWN_PRODUCER_ID                     abortable, bump after the abort
+//	INVALID_PRODUCER_ID_MAPPING             abortable, bump, skip EndTxn
+//	TOPIC_AUTHORIZATION_FAILED,             abortable
+//	  TRANSACTION_ABORTABLE
+//	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
+//	  EPOCH, INVALID_TXN_STATE, TRANSAC-
+//	  TIONAL_ID_AUTHORIZATION_FAILED, other
+func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartitionResult) (TxnStep, error) {
+	req, ok := t.outstanding.(*AddPartitionsRequest)
+	if !ok {
+		return TxnStep{}, fmt.Errorf("%w: no AddPartitionsToTxn outstanding", ErrTxnState)
+	}
+	t.outstanding = nil
+	requeue := func(tp TopicPartition) {
+		if t.state == TxnInTransaction && !slices.Contains(t.pendingAdd, tp) {
+			t.pendingAdd = append(t.pendingAdd, tp)
+		}
+	}
+	if delivery != Answered {
+		for _, tp := range req.Partitions {
+			requeue(tp)
+		}
+		return t.Poll(), nil
+	}
+	var worst TxnStep
+	decided := false
+	answered := make(map[TopicPartition]bool, len(results))
+	for _, r := range results {
+		answered[r.TP] = true
+		if retry, find := coordinatorRetry(r.Code); retry {
+			t.findCoord = t.findCoord || find
+			requeue(r.TP)
+			continue
+		}
+		switch r.Code {
+		case 0:
+			if t.state == TxnInTransaction {
+				t.added[r.TP] = true
+			}
+		case kerr.UnknownTopicOrPartition.Code, kerr.OperationNotAttempted.Code:
+			requeue(r.TP)
+		case kerr.UnknownProducerID.Code:
+			if !decided {
+				worst, decided = t.abortable(codeError(r.Code), true, false), true
+			}
+		case kerr.InvalidProducerIDMapping.Code:
+			if !decided {
+				worst, decided = t.abortable(codeError(r.Code), true, true), true
+			}
+		case kerr.TopicAuthorizationFailed.Code, kerr.TransactionAbortable.Code:
+			if !decided {
+				worst, decided = t.abortable(codeError(r.Code), false, false), true
+			}
+		default:
+			return t.fatal(codeError(r.Code)), nil
+		}
+	}
+	for _, tp := range req.Partitions {
+		if !answered[tp] {
+			requeue(tp)
+		}
+	}
+	if decided {
+		return worst, nil
+	}
+	return t.Poll(), nil
+}
+
+// EndTxnResult is an EndTxn answer. Producer is the identity for the next
+// transaction from EndTxn v5+ (transactions V2, KIP-890), or NoProducerID.
+type EndTxnResult struct {
+	Delivery Delivery
+	Code     int16
+	Producer ProducerID
+}
+
+// HandleEndTxn applies the answer to the outstanding EndTxn.
+//
+//	NONE, v5+ identity                      adopt it (SetProducer) → Ready (TV2 bumps on every EndTxn;
+//	                                        a new producer ID after epoch exhaustion is adopted too)
+//	NONE, abort, bump required or an        InitProducerId(current ID, epoch) → BumpingEpoch
+//	  EndTxn answer was lost
+//	NONE, commit after a lost answer        InitProducerId(current ID, epoch) → BumpingEpoch: a delayed
+//	                                        duplicate of this EndTxn must not end the next transaction
+//	                                        (KAFKA-17754)
+//	NONE, otherwise                         → Ready
+//	NotSent, NoResponse; CONCURRENT_        send the same EndTxn again (the coordinator answers a repeat
+//	  TRANSACTIONS, COORDINATOR_LOAD_IN_    of a completed one with NONE)
+//	  PROGRESS, REQUEST_TIMED_OUT
+//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, same EndTxn
+//	  AVAILABLE
+//	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
+//	TRANSACTION_ABORTABLE (commit)          abortable, bump
+//	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
+//	  EPOCH, INVALID_TXN_STATE, other
+func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
+	req, ok := t.outstanding.(*EndTxnRequest)
+	if !ok || (t.state != TxnCommitting && t.state != TxnAborting) {
+		return TxnStep{}, fmt.Errorf("%w: no EndTxn outstanding", ErrTxnState)
+	}
+	if r.Delivery == NoResponse {
+		t.endTxnUncertain = true
+	}
+	if r.Delivery != Answered {
+		return t.retryOutstanding(false), nil
+	}
+	if retry, find := coordinatorRetry(r.Code); retry {
+		if r.Code == kerr.RequestTimedOut.Code || r.Code == kerr.NetworkException.Code {
+			t.endTxnUncertain = true
+		}
+		return t.retryOutstanding(find), nil
+	}
+	t.outstanding = nil
+	switch r.Code {
+	case 0:
+		if r.Producer.Valid() {
+			d, err := t.seq.SetProducer(r.Producer)
+			if err != nil {
+				return t.fatal(err), nil
+			}
+			_ = t.transition(TxnReady)
+			t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+			return TxnStep{Decision: d, Done: true}, nil
+		}
+		if t.endTxnUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {
+			t.startBump()
+			return t.Poll(), nil
+		}
+		if err := t.seq.Resume(); err != nil {
+			t.startBump()
+			return t.Poll(), nil
+		}
+		_ = t.transition(TxnReady)
+		t.err = nil
+		return TxnStep{Done: true}, nil
+	case kerr.InvalidProducerIDMapping.Code:
+		t.skipEndTxn = true
+		if req.Commit {
+			return t.abortable(codeError(r.Code), true, true), nil
+		}
+		t.startBump()
+		return t.Poll(), nil
+	case kerr.TransactionAbortable.Code:
+		if req.Commit {
+			return t.abortable(codeError(r.Code), true, false), nil
+		}
+		return t.fatal(codeError(r.Code)), nil
+	default:
+		return t.fatal(codeError(r.Code)), nil
+	}
+}
