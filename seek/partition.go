@@ -649,6 +649,7 @@ func (p *Partition) validated() {
 
 // diverged reports a located divergence at d and applies the policy.
 func (p *Partition) diverged(d Position, exact bool) {
+	d = normal(d)
 	p.narrowing = false
 	p.vpurpose = purposeNone
 	replaced := Range{From: d.Offset, To: p.pos.Offset}
@@ -672,7 +673,7 @@ func (p *Partition) diverged(d Position, exact bool) {
 	p.acts = append(p.acts, Action{Kind: ActReport, Report: t})
 	// Move to the divergence point itself, validated by the answer just
 	// received; nothing more of the old lineage is delivered.
-	p.pos = normal(d)
+	p.pos = d
 	p.lineage.truncate(d.Offset, d.Epoch, exact)
 	p.regressAt = NoOffset
 	p.state = StateFetching

@@ -1,0 +1,129 @@
+package seek
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestNearest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		want   Position
+		answer EpochEnd
+		got    Position
+		ok     bool
+	}{
+		{"kept in its epoch", Position{100, 4}, EpochEnd{4, 150}, Position{100, 4}, true},
+		{"kept at the very end", Position{100, 4}, EpochEnd{4, 100}, Position{100, 4}, true},
+		{"epoch ends before", Position{100, 4}, EpochEnd{4, 90}, Position{90, 4}, true},
+		{"epoch gone, older one ends before", Position{100, 4}, EpochEnd{3, 80}, Position{80, 3}, true},
+		{"epoch gone, older one reaches past", Position{100, 4}, EpochEnd{3, 120}, Position{100, NoEpoch}, true},
+		{"moved to offset 0", Position{100, 4}, EpochEnd{4, 0}, Position{0, NoEpoch}, true},
+		{"undefined", Position{100, 4}, EpochEnd{NoEpoch, NoOffset}, Position{NoOffset, NoEpoch}, false},
+		{"undefined end only", Position{100, 4}, EpochEnd{4, NoOffset}, Position{NoOffset, NoEpoch}, false},
+	} {
+		got, ok := Nearest(c.want, c.answer)
+		if got != c.got || ok != c.ok {
+			t.Errorf("%s: Nearest(%v, %v) = %v, %v; want %v, %v", c.name, c.want, c.answer, got, ok, c.got, c.ok)
+		}
+	}
+}
+
+// lineageOf builds a lineage from batches {epoch, first offset consumed}.
+func lineageOf(claim Position, steps ...EpochStart) *Lineage {
+	l := newLineage(16)
+	l.root(claim)
+	for _, s := range steps {
+		l.observe(s.Epoch, s.Start)
+	}
+	return &l
+}
+
+func TestCompare(t *testing.T) {
+	noClaim := Position{Offset: 0, Epoch: NoEpoch}
+	for _, c := range []struct {
+		name    string
+		check   Position
+		answer  EpochEnd
+		lineage *Lineage
+		out     outcome
+		at      Position
+		recheck Position
+	}{
+		{"same epoch, end after", Position{100, 5}, EpochEnd{5, 120}, lineageOf(Position{100, 5}), outConsistent, Position{}, Position{}},
+		{"same epoch, end at position", Position{100, 5}, EpochEnd{5, 100}, lineageOf(Position{100, 5}), outConsistent, Position{}, Position{}},
+		{"undefined", Position{100, 5}, EpochEnd{NoEpoch, NoOffset}, lineageOf(Position{100, 5}), outUndefined, Position{}, Position{}},
+		{"same epoch, end before, no lineage: Kafka's bound", Position{100, 5}, EpochEnd{5, 90}, lineageOf(Position{100, 5}), outBound, Position{90, 5}, Position{}},
+		{"same epoch, end before, lineage agrees", Position{100, 5}, EpochEnd{5, 90}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{90, 5}, Position{}},
+		{"same epoch, end before, our record below is older: recheck", Position{100, 5}, EpochEnd{5, 40}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outRecheck, Position{40, 5}, Position{40, 4}},
+		{"leader lacks our epoch, end beyond: lineage locates", Position{100, 5}, EpochEnd{4, 130}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{50, 4}, Position{}},
+		{"leader lacks our epoch, no lineage: the last record", Position{100, 5}, EpochEnd{4, 130}, lineageOf(Position{100, 5}), outBound, Position{99, NoEpoch}, Position{}},
+		{"leader lacks our epoch, end before our epoch began", Position{100, 5}, EpochEnd{4, 30}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{30, 4}, Position{}},
+		{"below everything consumed", Position{100, 5}, EpochEnd{3, 20}, lineageOf(noClaim, EpochStart{5, 60}), outExact, Position{20, 3}, Position{}},
+		{"down to offset 0", Position{100, 5}, EpochEnd{5, 0}, lineageOf(Position{100, 5}), outExact, Position{0, 5}, Position{}},
+		{"nothing consumed", Position{0, 5}, EpochEnd{3, 0}, lineageOf(noClaim), outConsistent, Position{}, Position{}},
+	} {
+		v := compare(c.check, c.answer, c.lineage)
+		if v.out != c.out || (c.out != outConsistent && c.out != outUndefined && v.at != c.at) || v.recheck != c.recheck {
+			t.Errorf("%s: compare(%v, %v, %v) = %+v; want out %d at %v recheck %v", c.name, c.check, c.answer, c.lineage, v, c.out, c.at, c.recheck)
+		}
+	}
+}
+
+// TestLineageAgainstNaive cross-checks the bounded lineage with a naive
+// history of every consumed offset's epoch: known epochs are right, and
+// firstAbove is never below the true first offset above an epoch (an upper
+// bound, so a divergence is never placed too early), and exact while nothing
+// was forgotten.
+func TestLineageAgainstNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := range 500 {
+		size := 2 + rng.IntN(5)
+		l := newLineage(size)
+		var naive []int32 // epoch of every consumed offset from 0
+		epoch := int32(rng.IntN(3))
+		forgot := false
+		distinct := 0
+		for range 1 + rng.IntN(40) {
+			if rng.IntN(3) == 0 {
+				epoch += 1 + int32(rng.IntN(3))
+			}
+			n := 1 + rng.IntN(5)
+			if len(naive) == 0 || naive[len(naive)-1] != epoch {
+				distinct++
+				forgot = forgot || distinct > size
+			}
+			l.observe(epoch, int64(len(naive)))
+			for range n {
+				naive = append(naive, epoch)
+			}
+		}
+		c := int64(len(naive))
+		for o := int64(0); o < c; o++ {
+			if e, ok := l.epochAt(o); ok && e != naive[o] {
+				t.Fatalf("run %d: epochAt(%d) = %d, want %d (lineage %v)", run, o, e, naive[o], &l)
+			} else if !ok && !forgot {
+				t.Fatalf("run %d: epochAt(%d) unknown though nothing was forgotten (lineage %v)", run, o, &l)
+			}
+		}
+		for e := int32(-1); e <= naive[c-1]; e++ {
+			first := c - 1
+			for o := int64(0); o < c; o++ {
+				if naive[o] > e {
+					first = o
+					break
+				}
+			}
+			if naive[c-1] <= e {
+				continue
+			}
+			got := l.firstAbove(e, c)
+			if got < first {
+				t.Fatalf("run %d: firstAbove(%d) = %d below the truth %d (lineage %v)", run, e, got, first, &l)
+			}
+			if !forgot && got != first {
+				t.Fatalf("run %d: firstAbove(%d) = %d, want %d (lineage %v)", run, e, got, first, &l)
+			}
+		}
+	}
+}
