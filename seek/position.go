@@ -1,0 +1,91 @@
+package seek
+
+// Positions: assignments, seeks, and the position they set.
+
+// seekTo handles Assigned (isSeek false) and Seek.
+func (p *Partition) seekTo(s Start, isSeek bool) {
+	ack := isSeek && p.state == StateHalted && p.broke && s.Kind == StartAt &&
+		s.Offset == p.brokeAt.Offset && (s.Epoch < 0 || s.Epoch == p.brokeAt.Epoch)
+	p.forget()
+	p.lineage.reset()
+	switch s.Kind {
+	case StartAt, StartNearest:
+		if s.Offset < 0 {
+			p.startList(ListEarliest, 0, purposeStart)
+			return
+		}
+		if s.Epoch < 0 || s.Offset == 0 || ack {
+			// Nothing to validate, or the application accepted the
+			// reported break: continue from here in whatever lineage
+			// the leader has, without the epoch that diverged.
+			p.setPosition(Position{Offset: s.Offset, Epoch: NoEpoch})
+			p.send()
+			return
+		}
+		p.raiseSeen(s.Epoch)
+		p.pos = Position{Offset: s.Offset, Epoch: s.Epoch}
+		p.lineage.root(p.pos)
+		pur := purposeValidate
+		if s.Kind == StartNearest {
+			pur = purposeNearest
+		}
+		p.validate(pur)
+	case StartEarliest:
+		p.startList(ListEarliest, 0, purposeStart)
+	case StartLatest:
+		p.startList(ListLatest, 0, purposeStart)
+	case StartTimestamp:
+		p.startList(ListTimestamp, s.Timestamp, purposeStart)
+	default:
+		p.state = StateInitializing
+	}
+}
+
+// setPosition makes pos the valid position and roots the lineage there.
+func (p *Partition) setPosition(pos Position) {
+	p.pos = normal(pos)
+	p.lineage.root(pos)
+	p.state = StateFetching
+}
+
+// validate checks the position against the leader.
+func (p *Partition) validate(pur purpose) {
+	p.state = StateAwaitingValidation
+	p.vpurpose = pur
+	p.check = p.pos
+	p.narrowing = false
+	p.send()
+}
+
+func (p *Partition) raiseSeen(e int32) {
+	if e > p.lastSeen {
+		p.lastSeen = e
+	}
+}
+
+// skipValidation ends a validation that cannot be made (no leader epoch,
+// or a broker without OffsetForLeaderEpoch v3).
+func (p *Partition) skipValidation() {
+	if p.narrowing {
+		p.diverged(p.cand, false)
+		return
+	}
+	if p.vpurpose == purposeRange {
+		p.rangeOK = false
+		p.startList(ListEarliest, 0, purposeClassify)
+		return
+	}
+	p.state = StateFetching
+	p.vpurpose = purposeNone
+	p.send()
+}
+
+// normal drops the epoch of a position at offset 0: there is no record
+// before it to have one (and a leader asked about it would answer
+// DivergingEpoch forever).
+func normal(pos Position) Position {
+	if pos.Offset <= 0 {
+		pos.Epoch = NoEpoch
+	}
+	return pos
+}
