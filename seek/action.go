@@ -32,6 +32,7 @@ const (
 
 var actionNames = [...]string{"invalid", "fetch", "validate", "list-offsets", "refresh-metadata", "report", "halt", "resolved"}
 
+// String returns the name used in scenario scripts.
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
 		return actionNames[k]
@@ -113,6 +114,7 @@ const (
 
 var refreshNames = [...]string{"invalid", "leader-unknown", "fenced", "behind", "error", "topic-id"}
 
+// String returns the name used in scenario scripts.
 func (r RefreshReason) String() string {
 	if int(r) < len(refreshNames) {
 		return refreshNames[r]
@@ -173,6 +175,7 @@ const (
 
 var breakNames = [...]string{"invalid", "diverged", "unlocated", "below-log-start", "past-log-end", "recreated"}
 
+// String returns the name used in scenario scripts.
 func (k BreakKind) String() string {
 	if int(k) < len(breakNames) {
 		return breakNames[k]
@@ -197,6 +200,7 @@ const (
 
 var thenNames = [...]string{"invalid", "rewind", "reset", "halt"}
 
+// String returns the name used in scenario scripts.
 func (t Then) String() string {
 	if int(t) < len(thenNames) {
 		return thenNames[t]
@@ -239,6 +243,7 @@ type Truncation struct {
 	Then Then
 }
 
+// String formats the report the way the scenario scripts print it.
 func (t Truncation) String() string {
 	var b strings.Builder
 	b.WriteString(t.Kind.String())

@@ -100,6 +100,7 @@ const (
 	clsFatal
 )
 
+// classify says what the machine does with a partition error code.
 func classify(c Code) class {
 	switch c {
 	case CodeNone:

@@ -133,6 +133,7 @@ type Paused struct {
 // leader). The consumer ticks every partition at a fixed interval.
 type Tick struct{}
 
+// event seals the Event interface.
 func (Assigned) event()       {}
 func (Revoked) event()        {}
 func (Seek) event()           {}

@@ -2,6 +2,8 @@ package seek
 
 // Fetch answers: batches, partition errors, DivergingEpoch.
 
+// onBatch accepts a batch of the fetch in flight that reaches the position,
+// unless its epoch goes below the position's.
 func (p *Partition) onBatch(e BatchFetched) {
 	if !p.answers(e.Req, ActFetch) || e.Last < p.pos.Offset {
 		return
@@ -22,6 +24,7 @@ func (p *Partition) onBatch(e BatchFetched) {
 	p.oorStreak = 0
 }
 
+// onFetchFailed handles a partition error of the fetch in flight.
 func (p *Partition) onFetchFailed(e FetchFailed) {
 	if !p.answers(e.Req, ActFetch) {
 		return
@@ -68,6 +71,8 @@ func (p *Partition) outOfRange() {
 	p.startList(ListEarliest, 0, purposeClassify)
 }
 
+// onDiverging handles an in-band DivergingEpoch for the fetch in flight:
+// the leader's answer for the position's epoch, as if validated.
 func (p *Partition) onDiverging(e DivergingEpoch) {
 	if !p.answers(e.Req, ActFetch) {
 		return

@@ -2,6 +2,7 @@ package seek
 
 // Metadata: the leader, its epoch, the topic id.
 
+// onLeader applies what metadata (or a KIP-951 hint) says about the leader.
 func (p *Partition) onLeader(e LeaderChanged) {
 	var zero TopicID
 	if e.TopicID != zero {

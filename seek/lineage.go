@@ -36,6 +36,7 @@ type Lineage struct {
 	partial bool
 }
 
+// newLineage returns an empty lineage remembering at most max epochs.
 func newLineage(max int) Lineage {
 	return Lineage{steps: make([]EpochStart, 0, max), max: max, claim: EpochStart{Epoch: NoEpoch, Start: NoOffset}}
 }

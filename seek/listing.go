@@ -14,6 +14,7 @@ func (p *Partition) startList(spec ListSpec, ts int64, pur purpose) {
 	p.send()
 }
 
+// onListed handles the answer to the ListOffsets in flight.
 func (p *Partition) onListed(e ListedOffset) {
 	if !p.answers(e.Req, ActListOffsets) || p.state != StateAwaitingReset {
 		return

@@ -33,6 +33,7 @@ const (
 
 var stateNames = [...]string{"initializing", "awaiting-reset", "awaiting-validation", "fetching", "halted"}
 
+// String returns the name used in scenario scripts.
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]

@@ -57,6 +57,7 @@ func (p *Partition) validate(pur purpose) {
 	p.send()
 }
 
+// raiseSeen records an epoch learned from any source.
 func (p *Partition) raiseSeen(e int32) {
 	if e > p.lastSeen {
 		p.lastSeen = e

@@ -74,6 +74,7 @@ func (p *Partition) waitMetadata(r RefreshReason) {
 	p.retryLater()
 }
 
+// refresh asks for metadata, once per Step.
 func (p *Partition) refresh(r RefreshReason) {
 	if p.refreshed {
 		return
@@ -82,6 +83,7 @@ func (p *Partition) refresh(r RefreshReason) {
 	p.acts = append(p.acts, Action{Kind: ActRefreshMetadata, Refresh: r})
 }
 
+// retryLater schedules the current request again after the backoff.
 func (p *Partition) retryLater() {
 	p.inflight, p.infKind = 0, 0
 	p.backoff = p.cfg.RetryTicks
@@ -110,6 +112,7 @@ func (p *Partition) failed(c Code) bool {
 	return true
 }
 
+// halt stops the partition until the application seeks.
 func (p *Partition) halt(r HaltReason, c Code) {
 	p.forget()
 	p.state = StateHalted

@@ -25,6 +25,7 @@ type Position struct {
 	Epoch  int32
 }
 
+// epochString formats an epoch, with "-" for NoEpoch.
 func epochString(e int32) string {
 	if e < 0 {
 		return "-"
@@ -121,6 +122,7 @@ const (
 
 var policyNames = [...]string{"invalid", "earliest", "latest", "none"}
 
+// String returns the name used in scenario scripts.
 func (p Policy) String() string {
 	if int(p) < len(policyNames) {
 		return policyNames[p]
@@ -149,6 +151,7 @@ const (
 
 var startNames = [...]string{"invalid", "at", "nearest", "earliest", "latest", "timestamp"}
 
+// String returns the name used in scenario scripts.
 func (k StartKind) String() string {
 	if int(k) < len(startNames) {
 		return startNames[k]
@@ -225,6 +228,7 @@ const (
 
 var listNames = [...]string{"invalid", "earliest", "latest", "timestamp"}
 
+// String returns the name used in scenario scripts.
 func (s ListSpec) String() string {
 	if int(s) < len(listNames) {
 		return listNames[s]
@@ -248,6 +252,7 @@ type RequestIDs struct {
 	last uint64
 }
 
+// next returns a fresh id.
 func (r *RequestIDs) next() RequestID {
 	r.last++
 	return RequestID(r.last)

@@ -2,6 +2,7 @@ package seek
 
 // OffsetForLeaderEpoch answers and what they prove.
 
+// onEpochEnd handles the answer to the OffsetForLeaderEpoch in flight.
 func (p *Partition) onEpochEnd(e EpochEndOffset) {
 	if !p.answers(e.Req, ActValidate) || p.state != StateAwaitingValidation {
 		return
