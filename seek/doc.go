@@ -38,6 +38,14 @@
 // nothing. This replaces the Java client's "is the position still the one
 // I asked about" comparisons and covers every race of that kind at once.
 //
+// Fetching and delivery are one step: the machine's position is the
+// consumed position (the one to commit). The consumer steps BatchFetched
+// for each batch of a Fetch answer as it hands the batch's records to the
+// application, then FetchCompleted, which emits the next Fetch; with one
+// fetch in flight per partition there is nothing to prefetch past a
+// report. When an action reports a break or moves the position, the rest
+// of that answer is stale and its batches are ignored.
+//
 // Time is data: a request that failed with a retriable error is sent again
 // after Config.RetryTicks Tick events, or as soon as metadata names a newer
 // leader.
@@ -71,12 +79,15 @@
 // truncation; otherwise the candidate divergence point is End, or, when the
 // leader never had our epoch (E < r), min(End, the first offset we consumed
 // in an epoch above E) — a case Kafka's consumer misses when End ≥ c. The
-// candidate is exact when our record just below it has epoch E; when that
-// record has a smaller epoch the machine asks the leader again about that
-// epoch, as a follower does, until it finds the first replaced offset; when
-// the lineage does not reach that far the candidate is reported as a bound
-// (Kafka's precision). A -1/-1 answer is its own outcome, Unlocated: the
-// leader cannot say, so no offset is invented.
+// candidate is exact when our record just below it has epoch E, or when
+// nothing was consumed below it; when that record has a smaller epoch the
+// machine asks the leader again about that epoch, as a follower does, until
+// it finds the first replaced offset; when the lineage does not reach that
+// far the candidate is reported as a bound (Kafka's precision). A -1/-1
+// answer is its own outcome, Unlocated: the leader cannot say, so no offset
+// is invented. The position a rewind moves to carries the epoch of the
+// leader's record before it only when that is known; a wrong one would make
+// the next validation report a divergence that is not there.
 //
 // # Breaks and policy
 //

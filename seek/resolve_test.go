@@ -2,6 +2,7 @@ package seek
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -124,6 +125,65 @@ func TestLineageAgainstNaive(t *testing.T) {
 			if !forgot && got != first {
 				t.Fatalf("run %d: firstAbove(%d) = %d, want %d (lineage %v)", run, e, got, first, &l)
 			}
+		}
+	}
+}
+
+// TestDivergingEpochMatchesValidation checks that the in-band path and the
+// OffsetForLeaderEpoch path reach the same verdict from the same leader
+// answer: same report, same position, same next request kind.
+func TestDivergingEpochMatchesValidation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for run := range 2000 {
+		// A consumed history: batches in rising epochs.
+		type batch struct {
+			base, last int64
+			epoch      int32
+		}
+		var hist []batch
+		off, epoch := int64(0), int32(1+rng.IntN(3))
+		for range 1 + rng.IntN(8) {
+			if rng.IntN(2) == 0 {
+				epoch += 1 + int32(rng.IntN(2))
+			}
+			n := 1 + int64(rng.IntN(10))
+			hist = append(hist, batch{off, off + n - 1, epoch})
+			off += n
+		}
+		answer := EpochEnd{Epoch: int32(rng.IntN(int(epoch) + 2)), EndOffset: int64(rng.IntN(int(off) + 5))}
+		policy := Policy(1 + rng.IntN(3))
+
+		run1 := func(inBand bool) (acts []Action, p *Partition) {
+			cfg := DefaultConfig()
+			cfg.Policy = policy
+			p, _ = NewPartition(cfg)
+			p.Step(LeaderChanged{Leader: 1, Epoch: epoch})
+			req := p.Step(Assigned{Start: At(0)})[0].Fetch.Req
+			for _, b := range hist {
+				p.Step(BatchFetched{Req: req, Base: b.base, Last: b.last, Epoch: b.epoch})
+			}
+			req = p.Step(FetchCompleted{Req: req})[0].Fetch.Req
+			if inBand {
+				return slices.Clone(p.Step(DivergingEpoch{Req: req, End: answer})), p
+			}
+			v := p.Step(LeaderChanged{Leader: 1, Epoch: epoch + 1})[0].Validate
+			if v.Epoch != epoch {
+				t.Fatalf("run %d: validated epoch %d, want %d", run, v.Epoch, epoch)
+			}
+			return slices.Clone(p.Step(EpochEndOffset{Req: v.Req, End: answer})), p
+		}
+		a, pa := run1(true)
+		b, pb := run1(false)
+		if len(a) != len(b) {
+			t.Fatalf("run %d: answer %v: in-band %v, validation %v", run, answer, a, b)
+		}
+		for i := range a {
+			if a[i].Kind != b[i].Kind || a[i].Report != b[i].Report || a[i].Halt != b[i].Halt {
+				t.Fatalf("run %d: answer %v: in-band %v, validation %v", run, answer, a, b)
+			}
+		}
+		if pa.state != pb.state || pa.pos != pb.pos || pa.check != pb.check {
+			t.Fatalf("run %d: answer %v: in-band ends %v, validation ends %v", run, answer, pa, pb)
 		}
 	}
 }
