@@ -228,7 +228,7 @@ func (t *TxnState) AddPartition(tp TopicPartition) (TxnStep, error) {
 	if t.state != TxnInTransaction {
 		return TxnStep{}, t.stateErr()
 	}
-	if !t.added[tp] && !slices.Contains(t.pendingAdd, tp) {
+	if !t.added[tp] && !slices.Contains(t.pendingAdd, tp) && !t.adding(tp) {
 		if t.cfg.ImplicitAddPartitions {
 			t.added[tp] = true
 		} else {
@@ -236,6 +236,17 @@ func (t *TxnState) AddPartition(tp TopicPartition) (TxnStep, error) {
 		}
 	}
 	return t.Poll(), nil
+}
+
+// adding reports whether tp is in an AddPartitionsToTxn on the wire or
+// queued for resending.
+func (t *TxnState) adding(tp TopicPartition) bool {
+	for _, r := range []TxnRequest{t.outstanding, t.resend} {
+		if a, ok := r.(*AddPartitionsRequest); ok && slices.Contains(a.Partitions, tp) {
+			return true
+		}
+	}
+	return false
 }
 
 // CanProduce returns nil when batches for tp may be assigned now.
@@ -354,6 +365,7 @@ func (t *TxnState) Poll() TxnStep {
 		if t.resend == nil && len(t.pendingAdd) > 0 {
 			t.resend = &AddPartitionsRequest{TransactionalID: t.cfg.TransactionalID, Producer: producer,
 				Partitions: slices.Clone(t.pendingAdd)}
+			t.pendingAdd = t.pendingAdd[:0]
 		}
 	case TxnCommitting, TxnAborting:
 		if !t.seq.Drained() {

@@ -1,0 +1,275 @@
+package producer
+
+import (
+	"reflect"
+	"testing"
+)
+
+// rec records [from, to) at epoch (exact) for pid, with sequences equal to
+// offset minus seqBase.
+func rec(t *testing.T, l *AckLedger, from, to int64, epoch int32, exact bool) {
+	t.Helper()
+	if err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, EpochExact: exact,
+		Producer: pid, FirstSequence: int32(from)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustQuery(t *testing.T, q EpochQuery, ok bool, epoch, current int32) EpochQuery {
+	t.Helper()
+	if !ok || q.Epoch != epoch || q.CurrentLeaderEpoch != current || q.TP != tp0 {
+		t.Fatalf("query %+v %v, want epoch %d current %d", q, ok, epoch, current)
+	}
+	return q
+}
+
+func lostRanges(r CheckResult) [][2]int64 {
+	var out [][2]int64
+	for _, x := range r.Lost {
+		out = append(out, [2]int64{x.From, x.To})
+	}
+	return out
+}
+
+func TestLedgerRecordCoalescesAndBounds(t *testing.T) {
+	l := NewAckLedger(2)
+	rec(t, l, 0, 5, 3, true)
+	rec(t, l, 5, 7, 3, true) // contiguous, same producer and epoch: merged
+	if got := l.Ranges(tp0); len(got) != 1 || got[0].From != 0 || got[0].To != 7 {
+		t.Fatalf("ranges %+v", got)
+	}
+	rec(t, l, 10, 12, 3, true) // another producer wrote 7..9
+	rec(t, l, 12, 13, 4, true) // new epoch
+	if got := l.Ranges(tp0); len(got) != 2 || got[0].From != 10 || l.Forgotten(tp0) != 7 {
+		t.Fatalf("bounded ranges %+v, forgotten %d", got, l.Forgotten(tp0))
+	}
+	if err := l.Record(tp0, AckedRange{From: 5, To: 5, LeaderEpoch: 1}); err == nil {
+		t.Fatal("empty range accepted")
+	}
+}
+
+// TestLedgerCleanLeaderChange: nothing lost, one question per leader change,
+// none for a repeated observation.
+func TestLedgerCleanLeaderChange(t *testing.T) {
+	l := NewAckLedger(0)
+	l.ObserveLeaderEpoch(tp0, 3)
+	rec(t, l, 0, 10, 3, true)
+	rec(t, l, 20, 30, 3, true)
+	if _, ok := l.ObserveLeaderEpoch(tp0, 3); ok {
+		t.Fatal("question without a leader change")
+	}
+	q, ok := l.ObserveLeaderEpoch(tp0, 4)
+	q = mustQuery(t, q, ok, 3, 4)
+	if _, ok := l.ObserveLeaderEpoch(tp0, 4); ok {
+		t.Fatal("second question for the same change")
+	}
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	if len(r.Lost) != 0 || r.Next != nil || r.Probe != nil || r.Unknown || r.Stale {
+		t.Fatalf("result %+v", r)
+	}
+	// Writes under 4, then a change to 5: one question (epoch 4); the
+	// epoch-3 ranges follow from log matching.
+	rec(t, l, 30, 40, 4, true)
+	q, ok = l.ObserveLeaderEpoch(tp0, 5)
+	q = mustQuery(t, q, ok, 4, 5)
+	r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 4, EndOffset: 45})
+	if len(r.Lost) != 0 || r.Next != nil {
+		t.Fatalf("result %+v", r)
+	}
+	if _, ok := l.ObserveLeaderEpoch(tp0, 5); ok {
+		t.Fatal("everything checked, yet a question")
+	}
+}
+
+// TestLedgerTruncation: exactly the ranges past the end offset of their
+// epoch are reported, with their sequences, once.
+func TestLedgerTruncation(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 10, 3, true)
+	rec(t, l, 10, 20, 3, true)
+	q, ok := l.ObserveLeaderEpoch(tp0, 4)
+	q = mustQuery(t, q, ok, 3, 4)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 15})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{15, 20}}) {
+		t.Fatalf("lost %v", got)
+	}
+	if x := r.Lost[0]; x.LeaderEpoch != 3 || x.Producer != pid || x.FirstSequence != 15 || x.CurrentLeaderEpoch != 4 || x.TP != tp0 {
+		t.Fatalf("report %+v", x)
+	}
+	if got := l.Ranges(tp0); len(got) != 1 || got[0].From != 0 || got[0].To != 15 {
+		t.Fatalf("kept %+v", got)
+	}
+	if r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 15}); !r.Stale || len(r.Lost) != 0 {
+		t.Fatalf("replayed answer %+v", r)
+	}
+	if _, ok := l.ObserveLeaderEpoch(tp0, 4); ok {
+		t.Fatal("question after the check completed")
+	}
+}
+
+// TestLedgerEpochUnknownToNewLeader: the new leader never had the newest
+// write epoch: all of it is lost; the answer's own epoch settles its ranges.
+func TestLedgerEpochUnknownToNewLeader(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 50, 3, true)
+	q, _ := l.ObserveLeaderEpoch(tp0, 4)
+	l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 50})
+	rec(t, l, 100, 110, 5, true)
+	q, ok := l.ObserveLeaderEpoch(tp0, 7)
+	q = mustQuery(t, q, ok, 5, 7)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 40})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{40, 50}, {100, 110}}) {
+		t.Fatalf("lost %v", got)
+	}
+	if r.Next != nil {
+		t.Fatalf("needless follow-up %+v", r.Next)
+	}
+}
+
+// TestLedgerFollowUp: when the newest epoch's ranges are all lost, older
+// epochs need their own question (no anchor proves them).
+func TestLedgerFollowUp(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 10, 2, true)
+	q, _ := l.ObserveLeaderEpoch(tp0, 4)
+	l.ApplyEpochEnd(q, EpochEnd{Epoch: 2, EndOffset: 10})
+	rec(t, l, 10, 20, 4, true)
+	q, ok := l.ObserveLeaderEpoch(tp0, 6)
+	q = mustQuery(t, q, ok, 4, 6)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 4, EndOffset: 10})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{10, 20}}) {
+		t.Fatalf("lost %v", got)
+	}
+	if r.Next == nil {
+		t.Fatal("no follow-up for epoch 2")
+	}
+	next := mustQuery(t, *r.Next, true, 2, 6)
+	r = l.ApplyEpochEnd(next, EpochEnd{Epoch: 2, EndOffset: 8})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{8, 10}}) || r.Next != nil {
+		t.Fatalf("follow-up result %+v", r)
+	}
+}
+
+// TestLedgerUndefinedAnswer: (-1, -1) settles nothing and reports nothing;
+// the ranges are asked about again at the next leader change.
+func TestLedgerUndefinedAnswer(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 10, 3, true)
+	q, _ := l.ObserveLeaderEpoch(tp0, 4)
+	for _, ans := range []EpochEnd{{-1, -1}, {3, -1}, {-1, 5}, {9, 100}} {
+		r := l.ApplyEpochEnd(q, ans)
+		if !r.Unknown || len(r.Lost) != 0 {
+			t.Fatalf("answer %+v: %+v", ans, r)
+		}
+		q, _ = l.Recheck(tp0, 4)
+	}
+	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	mustQuery(t, q, ok, 3, 5)
+}
+
+// TestLedgerStaleAnswer: an answer for a leader epoch that has since changed
+// is ignored.
+func TestLedgerStaleAnswer(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 10, 3, true)
+	old, _ := l.ObserveLeaderEpoch(tp0, 4)
+	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	mustQuery(t, q, ok, 3, 5)
+	if r := l.ApplyEpochEnd(old, EpochEnd{Epoch: 3, EndOffset: 0}); !r.Stale || len(r.Lost) != 0 {
+		t.Fatalf("stale answer applied: %+v", r)
+	}
+}
+
+// TestLedgerRecheck: a producer-side gap forces a check without a leader
+// change.
+func TestLedgerRecheck(t *testing.T) {
+	l := NewAckLedger(0)
+	l.ObserveLeaderEpoch(tp0, 3)
+	rec(t, l, 0, 10, 3, true)
+	if _, ok := l.ObserveLeaderEpoch(tp0, 3); ok {
+		t.Fatal("question without change")
+	}
+	q, ok := l.Recheck(tp0, 3)
+	q = mustQuery(t, q, ok, 3, 3)
+	if got := lostRanges(l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 4})); !reflect.DeepEqual(got, [][2]int64{{4, 10}}) {
+		t.Fatalf("lost %v", got)
+	}
+}
+
+// TestLedgerInexactEpochProbe: a range recorded under the epoch the client
+// believed (3) but appended under 4 looks lost to the epoch argument; the
+// probe finds the records at their offsets under their producer identity and
+// clears them (no bogus loss). A real loss is confirmed by the probe.
+func TestLedgerInexactEpochProbe(t *testing.T) {
+	setup := func() (*AckLedger, Probe) {
+		l := NewAckLedger(0)
+		rec(t, l, 0, 100, 3, true)
+		rec(t, l, 120, 130, 3, false)
+		q, _ := l.ObserveLeaderEpoch(tp0, 5)
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+		if len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 120 || r.Probe.CurrentLeaderEpoch != 5 {
+			t.Fatalf("no probe: %+v", r)
+		}
+		return l, *r.Probe
+	}
+	ours := func(base, last int64, epoch int32) ProbedBatch {
+		return ProbedBatch{BaseOffset: base, LastOffset: last, LeaderEpoch: epoch,
+			ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: int32(base)}
+	}
+	t.Run("survived", func(t *testing.T) {
+		l, pr := setup()
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: 200,
+			Batches: []ProbedBatch{ours(120, 124, 4), ours(125, 129, 4)}})
+		if len(r.Lost) != 0 || r.Probe != nil {
+			t.Fatalf("result %+v", r)
+		}
+		got := l.Ranges(tp0)
+		if len(got) != 2 || got[1].LeaderEpoch != 4 || !got[1].EpochExact || got[1].From != 120 || got[1].To != 130 {
+			t.Fatalf("ranges %+v", got)
+		}
+	})
+	t.Run("replaced", func(t *testing.T) {
+		l, pr := setup()
+		other := ProbedBatch{BaseOffset: 118, LastOffset: 140, LeaderEpoch: 5, ProducerID: 99, ProducerEpoch: 0, BaseSequence: 0}
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{other}})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{120, 130}}) {
+			t.Fatalf("lost %v", got)
+		}
+	})
+	t.Run("partly replaced", func(t *testing.T) {
+		l, pr := setup()
+		other := ProbedBatch{BaseOffset: 125, LastOffset: 140, LeaderEpoch: 5, ProducerID: 99, BaseSequence: 0}
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{ours(120, 124, 4), other}})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{125, 130}}) || r.Lost[0].FirstSequence != 125 {
+			t.Fatalf("lost %+v", r.Lost)
+		}
+	})
+	t.Run("beyond log end", func(t *testing.T) {
+		l, pr := setup()
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: 110})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{120, 130}}) {
+			t.Fatalf("lost %v", got)
+		}
+	})
+	t.Run("below log start", func(t *testing.T) {
+		l, pr := setup()
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 130, LogEndOffset: 200})
+		if len(r.Lost) != 0 || len(l.Ranges(tp0)) != 1 {
+			t.Fatalf("retention reported as loss: %+v", r)
+		}
+	})
+	t.Run("not reached", func(t *testing.T) {
+		l, pr := setup()
+		r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: -1, Batches: []ProbedBatch{ours(120, 122, 4)}})
+		if len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 123 {
+			t.Fatalf("result %+v", r)
+		}
+		if r2 := l.ApplyProbe(pr, ProbeResult{}); !r2.Stale {
+			t.Fatal("old probe applied")
+		}
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogEndOffset: 200, Batches: []ProbedBatch{ours(123, 129, 4)}})
+		if len(r.Lost) != 0 || r.Probe != nil {
+			t.Fatalf("second probe %+v", r)
+		}
+	})
+}

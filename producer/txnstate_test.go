@@ -1,0 +1,540 @@
+package producer
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+const txnID = "txn-1"
+
+type txnHarness struct {
+	t   *testing.T
+	seq *Sequencer
+	tx  *TxnState
+}
+
+// newTxn returns a TxnState initialized to pid and in TxnReady.
+func newTxn(t *testing.T, cfg TxnConfig) *txnHarness {
+	t.Helper()
+	seq, err := NewSequencer(Config{Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TransactionalID = txnID
+	tx, err := NewTxnState(cfg, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &txnHarness{t, seq, tx}
+	step, err := tx.InitTransactions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: NoProducerID})
+	step = h.init(InitProducerIDResult{Producer: pid})
+	if !step.Done || step.Err != nil || tx.State() != TxnReady || seq.Producer() != pid {
+		t.Fatalf("init: %+v, state %v", step, tx.State())
+	}
+	return h
+}
+
+func (h *txnHarness) wantSend(step TxnStep, want TxnRequest) {
+	h.t.Helper()
+	switch w := want.(type) {
+	case *InitProducerIDRequest:
+		if g, ok := step.Send.(*InitProducerIDRequest); !ok || *g != *w {
+			h.t.Fatalf("send %#v, want %#v", step.Send, want)
+		}
+	case *EndTxnRequest:
+		if g, ok := step.Send.(*EndTxnRequest); !ok || *g != *w {
+			h.t.Fatalf("send %#v, want %#v", step.Send, want)
+		}
+	case *AddPartitionsRequest:
+		g, ok := step.Send.(*AddPartitionsRequest)
+		if !ok || g.Producer != w.Producer || len(g.Partitions) != len(w.Partitions) {
+			h.t.Fatalf("send %#v, want %#v", step.Send, want)
+		}
+		for i := range g.Partitions {
+			if g.Partitions[i] != w.Partitions[i] {
+				h.t.Fatalf("send %#v, want %#v", step.Send, want)
+			}
+		}
+	case nil:
+		if step.Send != nil {
+			h.t.Fatalf("send %#v, want nothing", step.Send)
+		}
+	}
+}
+
+func (h *txnHarness) init(r InitProducerIDResult) TxnStep {
+	h.t.Helper()
+	step, err := h.tx.HandleInitProducerID(r)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return step
+}
+
+func (h *txnHarness) endTxn(r EndTxnResult) TxnStep {
+	h.t.Helper()
+	step, err := h.tx.HandleEndTxn(r)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return step
+}
+
+// begin opens a transaction with tps added (AddPartitionsToTxn answered
+// NONE, one request at a time).
+func (h *txnHarness) begin(tps ...TopicPartition) {
+	h.t.Helper()
+	if err := h.tx.Begin(); err != nil {
+		h.t.Fatal(err)
+	}
+	var sends []TxnRequest
+	for _, tp := range tps {
+		step, err := h.tx.AddPartition(tp)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if step.Send != nil {
+			sends = append(sends, step.Send)
+		}
+	}
+	if h.tx.cfg.ImplicitAddPartitions && len(sends) > 0 {
+		h.t.Fatalf("AddPartitionsToTxn with transactions V2: %#v", sends)
+	}
+	for len(sends) > 0 {
+		req := sends[0].(*AddPartitionsRequest)
+		sends = sends[1:]
+		var res []AddPartitionResult
+		for _, tp := range req.Partitions {
+			res = append(res, AddPartitionResult{TP: tp})
+		}
+		step, err := h.tx.HandleAddPartitions(Answered, res)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if step.Send != nil {
+			sends = append(sends, step.Send)
+		}
+	}
+	for _, tp := range tps {
+		if err := h.tx.CanProduce(tp); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	if h.tx.outstanding != nil {
+		h.t.Fatalf("request left outstanding: %#v", h.tx.outstanding)
+	}
+}
+
+func (h *txnHarness) assign(tp TopicPartition, n int32) BatchRef {
+	h.t.Helper()
+	if err := h.tx.CanProduce(tp); err != nil {
+		h.t.Fatal(err)
+	}
+	ref, _, err := h.seq.Assign(tp, n, time.Time{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ref
+}
+
+func (h *txnHarness) produce(ref BatchRef, r ProduceResult) (Decision, TxnStep) {
+	h.t.Helper()
+	d := h.seq.Complete(ref, r)
+	return d, h.tx.HandleProduce(d)
+}
+
+func TestTxnCommit(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0, tp1)
+	r1 := h.assign(tp0, 2)
+	r2 := h.assign(tp1, 1)
+	if _, err := h.tx.AddPartition(tp2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tx.CanProduce(tp2); err == nil {
+		t.Fatal("produce to a partition not yet added")
+	}
+	h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp2}})
+	step, err := h.tx.Commit()
+	if err != nil || !step.WaitDrain || step.Send != nil {
+		t.Fatalf("commit with batches in flight: %+v %v", step, err)
+	}
+	h.produce(r1, okAt(0))
+	_, step = h.produce(r2, okAt(0))
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	step = h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code, Producer: NoProducerID})
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != pid {
+		t.Fatalf("commit done %+v, state %v", step, h.tx.State())
+	}
+	// Same epoch (transactions V1): sequences continue.
+	h.begin(tp0)
+	if _, got, _ := h.seq.Assign(tp0, 1, time.Time{}); got != id(pid, 2) {
+		t.Fatalf("next transaction's first batch %v", got)
+	}
+}
+
+// TestTxnAbortableProduceErrors: produce errors that need a new epoch make
+// the transaction abortable (INVALID_PRODUCER_EPOCH is not fencing on
+// Produce), fail the batches not on the wire, and the abort ends with
+// InitProducerId(current ID, epoch); sequences restart at 0.
+func TestTxnAbortableProduceErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		res  ProduceResult
+		skip bool
+	}{
+		{"OUT_OF_ORDER_SEQUENCE_NUMBER", oosn, false},
+		{"UNKNOWN_PRODUCER_ID", ProduceResult{Code: kerr.UnknownProducerID.Code, LogStartOffset: 0}, false},
+		{"INVALID_PRODUCER_EPOCH", answered(kerr.InvalidProducerEpoch.Code), false},
+		{"TRANSACTION_ABORTABLE", answered(kerr.TransactionAbortable.Code), false},
+		{"INVALID_RECORD", answered(kerr.InvalidRecord.Code), false},
+		{"INVALID_PRODUCER_ID_MAPPING", answered(kerr.InvalidProducerIDMapping.Code), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0, tp1)
+			r0 := h.assign(tp0, 1)
+			h.produce(r0, okAt(7))
+			r1 := h.assign(tp0, 1)
+			r2 := h.assign(tp0, 1)
+			r3 := h.assign(tp1, 1)
+			h.produce(r3, answered(kerr.NotLeaderForPartition.Code)) // waiting for a resend
+			d, step := h.produce(r1, c.res)
+			if d.Abortable == nil || !d.Abortable.BumpEpoch || d.Abortable.SkipEndTxn != c.skip || d.Fatal != nil {
+				t.Fatalf("decision %+v", d)
+			}
+			if got := kinds(d, map[BatchRef]string{r1: "r1", r3: "r3"}); got != "Failed(r1) Failed(r3)" &&
+				got != "PossibleGap Failed(r1) Failed(r3)" && got != "ProvenGap Failed(r1) Failed(r3)" {
+				t.Fatalf("outcomes %s", got)
+			}
+			if h.tx.State() != TxnAbortableError || step.Send != nil {
+				t.Fatalf("state %v, step %+v", h.tx.State(), step)
+			}
+			if _, err := h.tx.Commit(); !errors.Is(err, ErrAbortRequired) {
+				t.Fatalf("commit in abortable state: %v", err)
+			}
+			if err := h.tx.CanProduce(tp0); !errors.Is(err, ErrAbortRequired) {
+				t.Fatalf("CanProduce: %v", err)
+			}
+			step, err := h.tx.Abort()
+			if err != nil || !step.WaitDrain {
+				t.Fatalf("abort: %+v %v", step, err)
+			}
+			_, step = h.produce(r2, oosn)
+			if c.skip {
+				h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			} else {
+				h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
+				step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+				h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			}
+			if h.tx.State() != TxnBumpingEpoch {
+				t.Fatalf("state %v", h.tx.State())
+			}
+			bumped := ProducerID{pid.ID, pid.Epoch + 1}
+			// A lost answer is retried with the same identity.
+			step = h.init(InitProducerIDResult{Delivery: NoResponse})
+			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			step = h.init(InitProducerIDResult{Producer: bumped})
+			if !step.Done || step.Err != nil || h.tx.State() != TxnReady {
+				t.Fatalf("bump done %+v, state %v", step, h.tx.State())
+			}
+			h.begin(tp0)
+			if _, got, _ := h.seq.Assign(tp0, 1, time.Time{}); got != id(bumped, 0) {
+				t.Fatalf("after bump %v", got)
+			}
+		})
+	}
+}
+
+// TestTxnUnknownProducerIDRetentionNoAbort: UNKNOWN_PRODUCER_ID with a log
+// start offset past everything acknowledged restarts the partition at
+// sequence 0 under the same epoch, without aborting.
+func TestTxnUnknownProducerIDRetentionNoAbort(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	r0 := h.assign(tp0, 2)
+	h.produce(r0, okAt(10))
+	r1 := h.assign(tp0, 1)
+	d, _ := h.produce(r1, ProduceResult{Code: kerr.UnknownProducerID.Code, LogStartOffset: 12})
+	if d.Abortable != nil || h.tx.State() != TxnInTransaction {
+		t.Fatalf("decision %+v, state %v", d, h.tx.State())
+	}
+	rs := outcomes[ResequencedNoLoss](d)
+	if len(rs) != 1 || rs[0].From != id(pid, 2) || rs[0].To != id(pid, 0) {
+		t.Fatalf("outcomes %+v", d.Outcomes)
+	}
+	if ref, got, ok := h.seq.NextResend(tp0); !ok || ref != r1 || got != id(pid, 0) {
+		t.Fatalf("resend %v %v", got, ok)
+	}
+}
+
+func TestTxnFatal(t *testing.T) {
+	t.Run("PRODUCER_FENCED on produce", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		r := h.assign(tp0, 1)
+		d, _ := h.produce(r, answered(kerr.ProducerFenced.Code))
+		if !errors.Is(d.Fatal, kerr.ProducerFenced) || h.tx.State() != TxnFatalError {
+			t.Fatalf("%+v %v", d, h.tx.State())
+		}
+		if _, err := h.tx.Abort(); err == nil {
+			t.Fatal("abort after fatal accepted")
+		}
+	})
+	for _, code := range []int16{kerr.InvalidProducerEpoch.Code, kerr.ProducerFenced.Code, kerr.TransactionalIDAuthorizationFailed.Code} {
+		t.Run("InitProducerId "+codeError(code).Error(), func(t *testing.T) {
+			seq, _ := NewSequencer(Config{Transactional: true})
+			tx, _ := NewTxnState(TxnConfig{TransactionalID: txnID}, seq)
+			tx.InitTransactions()
+			step, err := tx.HandleInitProducerID(InitProducerIDResult{Code: code})
+			if err != nil || !step.Done || !errors.Is(step.Err, codeError(code)) || tx.State() != TxnFatalError {
+				t.Fatalf("%+v %v %v", step, err, tx.State())
+			}
+		})
+	}
+	for _, code := range []int16{kerr.InvalidProducerEpoch.Code, kerr.ProducerFenced.Code, kerr.InvalidTxnState.Code} {
+		t.Run("EndTxn "+codeError(code).Error(), func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+			step = h.endTxn(EndTxnResult{Code: code})
+			if !step.Done || !errors.Is(step.Err, ErrProducerFatal) || h.tx.State() != TxnFatalError {
+				t.Fatalf("%+v %v", step, h.tx.State())
+			}
+		})
+	}
+}
+
+func TestTxnInitProducerIDRetries(t *testing.T) {
+	seq, _ := NewSequencer(Config{Transactional: true})
+	tx, _ := NewTxnState(TxnConfig{TransactionalID: txnID}, seq)
+	h := &txnHarness{t, seq, tx}
+	step, _ := tx.InitTransactions()
+	want := &InitProducerIDRequest{TransactionalID: txnID, Producer: NoProducerID}
+	h.wantSend(step, want)
+	step = h.init(InitProducerIDResult{Code: kerr.ConcurrentTransactions.Code})
+	h.wantSend(step, want)
+	step = h.init(InitProducerIDResult{Code: kerr.NotCoordinator.Code})
+	h.wantSend(step, want)
+	if !step.FindCoordinator {
+		t.Fatal("NOT_COORDINATOR without coordinator lookup")
+	}
+	step = h.init(InitProducerIDResult{Delivery: NotSent})
+	h.wantSend(step, want)
+	if p := tx.Poll(); p.Send != nil {
+		t.Fatal("second request while one is outstanding")
+	}
+	step = h.init(InitProducerIDResult{Producer: pid})
+	if !step.Done || tx.State() != TxnReady {
+		t.Fatalf("%+v", step)
+	}
+}
+
+// TestTxnEndTxnV5AdoptsNextEpoch: transactions V2 bump on every EndTxn; the
+// answer's identity is adopted and sequences restart, including a new
+// producer ID when the epoch overflows (KAFKA-18660).
+func TestTxnEndTxnV5AdoptsNextEpoch(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true, ImplicitAddPartitions: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 3)
+	h.produce(r, okAt(0))
+	step, _ := h.tx.Commit()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	next := ProducerID{pid.ID, pid.Epoch + 1}
+	step = h.endTxn(EndTxnResult{Producer: next})
+	if !step.Done || h.seq.Producer() != next || h.tx.State() != TxnReady {
+		t.Fatalf("%+v", step)
+	}
+	h.begin(tp0)
+	r = h.assign(tp0, 1)
+	if got, _ := h.seq.Identity(r); got != id(next, 0) {
+		t.Fatalf("after TV2 commit %v", got)
+	}
+	h.produce(r, okAt(3))
+	// Overflow: the coordinator rotates the producer ID.
+	step, _ = h.tx.Abort()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: next, Commit: false})
+	rotated := ProducerID{ID: 4242, Epoch: 0}
+	step = h.endTxn(EndTxnResult{Producer: rotated})
+	if !step.Done || h.seq.Producer() != rotated {
+		t.Fatalf("%+v %v", step, h.seq.Producer())
+	}
+	h.begin(tp0)
+	if _, got, _ := h.seq.Assign(tp0, 1, time.Time{}); got != id(rotated, 0) {
+		t.Fatalf("after rotation %v", got)
+	}
+}
+
+// TestTxnEndTxnLostAnswer: an EndTxn resent after a lost answer must not
+// leave the same epoch for the next transaction, or a delayed duplicate
+// could end it (KAFKA-17754): bump first.
+func TestTxnEndTxnLostAnswer(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	step, _ := h.tx.Commit()
+	want := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
+	h.wantSend(step, want)
+	step = h.endTxn(EndTxnResult{Delivery: NoResponse})
+	h.wantSend(step, want)
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
+	if !step.Done || h.tx.State() != TxnReady || h.seq.Producer().Epoch != pid.Epoch+1 {
+		t.Fatalf("%+v", step)
+	}
+}
+
+// TestTxnAbortWithoutDisturbanceNoBump: aborting a transaction whose batches
+// were all acknowledged needs no new epoch.
+func TestTxnAbortWithoutDisturbanceNoBump(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, okAt(0))
+	step, _ := h.tx.Abort()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	if !step.Done || h.tx.State() != TxnReady || h.seq.Producer() != pid {
+		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+	h.begin(tp0)
+	if _, got, _ := h.seq.Assign(tp0, 1, time.Time{}); got != id(pid, 1) {
+		t.Fatalf("%v", got)
+	}
+}
+
+// TestTxnBumpWithoutKIP360Coordinator: a coordinator older than
+// InitProducerId v3 cannot bump a given epoch; the bump re-initializes.
+func TestTxnBumpWithoutKIP360Coordinator(t *testing.T) {
+	h := newTxn(t, TxnConfig{})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, oosn)
+	step, _ := h.tx.Abort()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: NoProducerID})
+}
+
+// TestTxnExpiryIsAbortable: a delivery timeout in a transaction makes it
+// abortable with a bump (KAFKA-18579).
+func TestTxnExpiryIsAbortable(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	t0 := time.Unix(100, 0)
+	if _, _, err := h.seq.Assign(tp0, 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	d := h.seq.Expire(t0)
+	h.tx.HandleProduce(d)
+	if d.Abortable == nil || !d.Abortable.BumpEpoch || !errors.Is(d.Abortable.Err, ErrDeliveryTimeout) || h.tx.State() != TxnAbortableError {
+		t.Fatalf("%+v %v", d, h.tx.State())
+	}
+}
+
+// TestTxnAbortableDuringCommit: a produce error while committing fails the
+// commit (Done with ErrAbortRequired).
+func TestTxnAbortableDuringCommit(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.tx.Commit()
+	_, step := h.produce(r, answered(kerr.InvalidProducerEpoch.Code))
+	if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
+		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+}
+
+func TestTxnAddPartitionsErrors(t *testing.T) {
+	cases := []struct {
+		code  int16
+		state TxnStateKind
+		bump  bool
+		skip  bool
+		retry bool
+	}{
+		{kerr.ConcurrentTransactions.Code, TxnInTransaction, false, false, true},
+		{kerr.CoordinatorLoadInProgress.Code, TxnInTransaction, false, false, true},
+		{kerr.UnknownTopicOrPartition.Code, TxnInTransaction, false, false, true},
+		{kerr.OperationNotAttempted.Code, TxnInTransaction, false, false, true},
+		{kerr.UnknownProducerID.Code, TxnAbortableError, true, false, false},
+		{kerr.InvalidProducerIDMapping.Code, TxnAbortableError, true, true, false},
+		{kerr.TopicAuthorizationFailed.Code, TxnAbortableError, false, false, false},
+		{kerr.TransactionAbortable.Code, TxnAbortableError, false, false, false},
+		{kerr.InvalidProducerEpoch.Code, TxnFatalError, false, false, false},
+		{kerr.ProducerFenced.Code, TxnFatalError, false, false, false},
+		{kerr.InvalidTxnState.Code, TxnFatalError, false, false, false},
+		{kerr.TransactionalIDAuthorizationFailed.Code, TxnFatalError, false, false, false},
+	}
+	for _, c := range cases {
+		t.Run(codeError(c.code).Error(), func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.tx.Begin()
+			step, _ := h.tx.AddPartition(tp0)
+			h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+			step, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: c.code}})
+			if err != nil || h.tx.State() != c.state || h.tx.bumpRequired != c.bump || h.tx.skipEndTxn != c.skip {
+				t.Fatalf("step %+v %v: state %v bump %v skip %v", step, err, h.tx.State(), h.tx.bumpRequired, h.tx.skipEndTxn)
+			}
+			if c.retry {
+				h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+			}
+		})
+	}
+}
+
+func TestTxnTransitions(t *testing.T) {
+	seq, _ := NewSequencer(Config{Transactional: true})
+	if _, err := NewTxnState(TxnConfig{}, seq); err == nil {
+		t.Fatal("empty transactional ID accepted")
+	}
+	idem, _ := NewSequencer(Config{})
+	if _, err := NewTxnState(TxnConfig{TransactionalID: "x"}, idem); err == nil {
+		t.Fatal("idempotent Sequencer accepted")
+	}
+	tx, _ := NewTxnState(TxnConfig{TransactionalID: "x"}, seq)
+	if err := tx.Begin(); !errors.Is(err, ErrTxnState) {
+		t.Fatalf("Begin before init: %v", err)
+	}
+	if _, err := tx.Commit(); !errors.Is(err, ErrTxnState) {
+		t.Fatalf("Commit before init: %v", err)
+	}
+	h := newTxn(t, TxnConfig{})
+	if _, err := h.tx.InitTransactions(); !errors.Is(err, ErrTxnState) {
+		t.Fatalf("init twice: %v", err)
+	}
+	if _, err := h.tx.Abort(); err == nil {
+		t.Fatal("abort without a transaction accepted")
+	}
+	h.begin(tp0)
+	if err := h.tx.Begin(); !errors.Is(err, ErrTxnState) {
+		t.Fatalf("nested Begin: %v", err)
+	}
+	if _, err := h.tx.HandleEndTxn(EndTxnResult{}); !errors.Is(err, ErrTxnState) {
+		t.Fatalf("EndTxn answer without request: %v", err)
+	}
+	// Every allowed edge is exercised by the tests above; the table
+	// itself must not allow leaving FatalError.
+	for to, from := range txnAllowedFrom {
+		for _, f := range from {
+			if f == TxnFatalError {
+				t.Fatalf("%v reachable from FatalError", to)
+			}
+		}
+	}
+	if TxnBumpingEpoch.String() != "BumpingEpoch" || TxnStateKind(math.MaxUint8).String() == "" {
+		t.Fatal("state names")
+	}
+}
