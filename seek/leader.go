@@ -80,6 +80,13 @@ func (p *Partition) leaderMoved() {
 		}
 		p.send()
 	case StateAwaitingReset:
+		if p.lpurpose == purposeClassify && p.pos.HasEpoch() && p.leader.Epoch >= 0 {
+			// The old leader vouched for the position's epoch; the
+			// new one has not.
+			p.rangeOK = false
+			p.validate(purposeRange)
+			return
+		}
 		p.send()
 	}
 }
