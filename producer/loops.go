@@ -1,0 +1,432 @@
+package producer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	recbatch "github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/metadata"
+)
+
+// applyLocked carries out a Sequencer decision: acknowledgements become
+// delivery reports and ledger entries, outcomes go to the application,
+// splits are re-encoded, a producer ID is requested, acked-write checks are
+// queued. It returns the callbacks to run outside the lock.
+func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
+	for _, a := range d.Acks {
+		b := p.batches[a.Batch]
+		if b == nil {
+			continue
+		}
+		delete(p.batches, a.Batch)
+		if a.BaseOffset >= 0 {
+			_ = p.ledger.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records), LeaderEpoch: b.epoch,
+				Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence})
+		}
+		if a.AfterFailure {
+			continue // its records were already reported failed (maybe written): now known written
+		}
+		cbs = p.finishLocked(b, nil, a.BaseOffset, nil, cbs)
+	}
+	for _, o := range d.Outcomes {
+		switch o := o.(type) {
+		case Failed:
+			b := p.batches[o.Batch]
+			if b == nil {
+				continue
+			}
+			delete(p.batches, o.Batch)
+			err := error(&errors.PartitionError{Op: "produce", Topic: o.TP.Topic, Partition: o.TP.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: o.Err})
+			if o.MaybeWritten {
+				err = errors.Join(err, errors.ErrUnknownOutcome)
+			}
+			cbs = p.finishLocked(b, err, -1, nil, cbs)
+		case ResequencedNoLoss:
+			if b := p.batches[o.Batch]; b != nil {
+				b.recovery = o
+			}
+		case PossibleDuplicate:
+			if b := p.batches[o.Batch]; b != nil {
+				b.recovery = o
+			}
+		}
+		if fn := p.cfg.onOutcome; fn != nil {
+			o := o
+			cbs = append(cbs, func() { fn(o) })
+		}
+	}
+	for _, ref := range d.Split {
+		cbs = p.splitLocked(ref, cbs)
+	}
+	if d.NeedProducerID {
+		p.needPID = true
+		select {
+		case p.pidWake <- struct{}{}:
+		default:
+		}
+	}
+	if d.Fatal != nil {
+		p.fatal = errors.Join(ErrProducerFatal, d.Fatal)
+		for _, ps := range p.parts {
+			cbs = ps.failAll(p, p.fatal, cbs)
+		}
+	}
+	for _, tp := range d.CheckAckedWrites {
+		if ps := p.parts[tp]; ps != nil {
+			if q, ok := p.ledger.Recheck(tp, ps.epoch); ok {
+				p.queueLedgerLocked(ledgerTask{query: &q})
+			}
+		}
+	}
+	return cbs
+}
+
+// splitLocked re-encodes a batch the broker refused as too large into two
+// halves that take over its sequences.
+func (p *Producer) splitLocked(ref BatchRef, cbs []func()) []func() {
+	b := p.batches[ref]
+	if b == nil {
+		return cbs
+	}
+	n := len(b.recs)
+	counts := []int32{int32(n / 2), int32(n - n/2)}
+	refs, err := p.seq.Split(ref, counts)
+	if err != nil {
+		delete(p.batches, ref)
+		return p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}, -1, nil, cbs)
+	}
+	delete(p.batches, ref)
+	at := 0
+	for i, r := range refs {
+		nb := &pbatch{tp: b.tp, recs: b.recs[at : at+int(counts[i])], created: b.created, deadline: b.deadline, ref: r, assigned: true, epoch: b.epoch}
+		at += int(counts[i])
+		for _, pr := range nb.recs {
+			nb.size += pr.size
+		}
+		if err := p.encode(nb); err != nil {
+			cbs = p.finishLocked(nb, err, -1, nil, cbs)
+			continue
+		}
+		p.batches[r] = nb
+	}
+	return cbs
+}
+
+// pidLoop sends InitProducerId whenever the producer needs a producer ID,
+// retrying with backoff until it gets one.
+func (p *Producer) pidLoop() {
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.pidWake:
+		}
+		for {
+			p.mu.Lock()
+			need := p.needPID
+			p.mu.Unlock()
+			if !need {
+				break
+			}
+			req := kmsg.NewPtrInitProducerIDRequest()
+			req.TransactionTimeoutMillis = int32(p.cfg.txnTimeout / time.Millisecond)
+			ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+			resp, err := req.RequestWith(ctx, p.cl)
+			cancel()
+			if err == nil {
+				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			if err == nil {
+				p.mu.Lock()
+				d, serr := p.seq.SetProducer(ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch})
+				if serr == nil {
+					p.needPID = false
+				}
+				cbs := p.applyLocked(d, nil)
+				p.wakeSinksLocked()
+				p.mu.Unlock()
+				run(cbs)
+				continue
+			}
+			if !errors.IsRetriable(err) && p.ctx.Err() == nil {
+				p.mu.Lock()
+				if p.fatal == nil && (errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)) {
+					p.fatal = errors.Join(ErrProducerFatal, err)
+					var cbs []func()
+					for _, ps := range p.parts {
+						cbs = ps.failAll(p, p.fatal, cbs)
+					}
+					p.mu.Unlock()
+					run(cbs)
+					return
+				}
+				p.mu.Unlock()
+			}
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-time.After(p.cfg.retryBackoff):
+			}
+		}
+	}
+}
+
+// metadataLoop follows leader changes: partitions move to their new
+// leader's sink, and the ack ledger checks what the new leader still has.
+func (p *Producer) metadataLoop() {
+	for {
+		evs, err := p.sub.Next(p.ctx)
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		for _, ev := range evs {
+			tp := TopicPartition{ev.Topic, ev.Partition}
+			ps := p.parts[tp]
+			if ev.Kind == metadata.TopicRecreated || ev.Kind == metadata.PartitionRemoved {
+				p.ledger.Forget(tp)
+			}
+			if ps == nil {
+				continue
+			}
+			ps.leader, ps.epoch = ev.Leader, ev.LeaderEpoch
+			if ev.TopicID != (metadata.TopicID{}) {
+				ps.topicID = ev.TopicID
+			}
+			p.sinkLocked(ev.Leader).wakeUp()
+			if ev.LeaderEpoch >= 0 {
+				if q, ok := p.ledger.ObserveLeaderEpoch(tp, ev.LeaderEpoch); ok {
+					p.queueLedgerLocked(ledgerTask{query: &q})
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// expireLoop fails batches whose delivery deadline passed.
+func (p *Producer) expireLoop() {
+	t := time.NewTicker(p.cfg.retryBackoff)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			var cbs []func()
+			if p.seq != nil {
+				cbs = p.applyLocked(p.seq.Expire(now), cbs)
+			}
+			for _, ps := range p.parts {
+				// Batches never sent: certainly not written.
+				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
+					b := ps.queue[0]
+					ps.queue = ps.queue[1:]
+					cbs = p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil, cbs)
+				}
+				if ps.open != nil && !now.Before(ps.open.deadline) {
+					b := ps.open
+					ps.open = nil
+					cbs = p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil, cbs)
+				}
+				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0) {
+					p.meta.Trigger(metadata.ReasonWait)
+				}
+			}
+			p.wakeSinksLocked()
+			p.mu.Unlock()
+			run(cbs)
+		}
+	}
+}
+
+// ledgerTask is one acked-write check to send: an OffsetForLeaderEpoch
+// question or a probe fetch.
+type ledgerTask struct {
+	query *EpochQuery
+	probe *Probe
+	tries int
+}
+
+func (p *Producer) queueLedgerLocked(t ledgerTask) {
+	p.ledgerQ = append(p.ledgerQ, t)
+	select {
+	case p.ledgerW <- struct{}{}:
+	default:
+	}
+}
+
+// ledgerLoop sends the ack ledger's questions to partition leaders and
+// reports acknowledged writes that are gone.
+func (p *Producer) ledgerLoop() {
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.ledgerW:
+		}
+		p.mu.Lock()
+		tasks := p.ledgerQ
+		p.ledgerQ = nil
+		p.mu.Unlock()
+		for _, t := range tasks {
+			p.runLedgerTask(t)
+		}
+	}
+}
+
+func (p *Producer) runLedgerTask(t ledgerTask) {
+	p.mu.Lock()
+	var tp TopicPartition
+	if t.query != nil {
+		tp = t.query.TP
+	} else {
+		tp = t.probe.TP
+	}
+	ps := p.parts[tp]
+	if ps == nil || ps.leader < 0 {
+		p.mu.Unlock()
+		p.retryLedger(t)
+		return
+	}
+	leader, topicID := ps.leader, ps.topicID
+	p.mu.Unlock()
+
+	var res CheckResult
+	if q := t.query; q != nil {
+		end, err := p.offsetForLeaderEpoch(leader, tp, q.Epoch, q.CurrentLeaderEpoch)
+		if err != nil {
+			p.retryLedger(t)
+			return
+		}
+		p.mu.Lock()
+		res = p.ledger.ApplyEpochEnd(*q, end)
+		p.mu.Unlock()
+	} else {
+		pr, err := p.probe(leader, tp, topicID, *t.probe)
+		if err != nil {
+			p.retryLedger(t)
+			return
+		}
+		p.mu.Lock()
+		res = p.ledger.ApplyProbe(*t.probe, pr)
+		p.mu.Unlock()
+	}
+	if fn := p.cfg.onAckedLoss; fn != nil {
+		for _, l := range res.Lost {
+			fn(l)
+		}
+	}
+	p.mu.Lock()
+	if res.Next != nil {
+		p.queueLedgerLocked(ledgerTask{query: res.Next})
+	}
+	if res.Probe != nil {
+		p.queueLedgerLocked(ledgerTask{probe: res.Probe})
+	}
+	p.mu.Unlock()
+}
+
+// retryLedger queues a failed check again after a backoff (a newer leader
+// epoch supersedes it anyway).
+func (p *Producer) retryLedger(t ledgerTask) {
+	t.tries++
+	if t.tries > 20 {
+		return
+	}
+	p.meta.Trigger(metadata.ReasonWait)
+	select {
+	case <-p.ctx.Done():
+		return
+	case <-time.After(p.cfg.retryBackoff * time.Duration(t.tries)):
+	}
+	p.mu.Lock()
+	p.queueLedgerLocked(t)
+	p.mu.Unlock()
+}
+
+func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, current int32) (EpochEnd, error) {
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = tp.Topic
+	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	rp.Partition = tp.Partition
+	rp.LeaderEpoch = epoch
+	rp.CurrentLeaderEpoch = current
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, p.cl.Broker(int(leader)))
+	if err != nil {
+		return EpochEnd{}, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return EpochEnd{}, kerr.UnknownServerError
+	}
+	r := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		return EpochEnd{}, err
+	}
+	return EpochEnd{Epoch: r.LeaderEpoch, EndOffset: r.EndOffset}, nil
+}
+
+// probe fetches batch headers from the leader at pr.Offset, and the leader's
+// log end offset for its current epoch.
+func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr Probe) (ProbeResult, error) {
+	out := ProbeResult{LogStartOffset: -1, LogEndOffset: -1}
+	end, err := p.offsetForLeaderEpoch(leader, tp, pr.CurrentLeaderEpoch, pr.CurrentLeaderEpoch)
+	if err != nil {
+		return out, err
+	}
+	if end.Epoch == pr.CurrentLeaderEpoch {
+		out.LogEndOffset = end.EndOffset
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 0
+	req.MaxBytes = 4 << 20
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = tp.Topic, topicID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = tp.Partition
+	rp.FetchOffset = pr.Offset
+	rp.CurrentLeaderEpoch = pr.CurrentLeaderEpoch
+	rp.PartitionMaxBytes = 4 << 20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, p.cl.Broker(int(leader)))
+	if err != nil {
+		return out, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return out, kerr.UnknownServerError
+	}
+	fp := &resp.Topics[0].Partitions[0]
+	switch fp.ErrorCode {
+	case 0:
+	case kerr.OffsetOutOfRange.Code:
+		out.LogStartOffset = fp.LogStartOffset
+		return out, nil
+	default:
+		return out, kerr.ErrorForCode(fp.ErrorCode)
+	}
+	out.LogStartOffset = fp.LogStartOffset
+	var it recbatch.Iterator
+	it.ResetFetch(fp, recbatch.Options{Topic: tp.Topic})
+	for it.Next() {
+		h := it.Batch().Header
+		out.Batches = append(out.Batches, ProbedBatch{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
+			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
+	}
+	return out, it.Err()
+}

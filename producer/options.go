@@ -1,0 +1,205 @@
+package producer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/metadata"
+)
+
+// Opt configures a Producer. Options are validated once, by New.
+type Opt interface{ apply(*cfg) }
+
+type optFunc func(*cfg)
+
+func (f optFunc) apply(c *cfg) { f(c) }
+
+// Acks is how many replicas must have a write before the leader answers.
+type Acks int16
+
+// The acknowledgement levels.
+const (
+	// AcksAll waits for every in-sync replica (required by idempotence).
+	AcksAll Acks = -1
+	// AcksLeader waits for the leader only: a write acknowledged this way
+	// is lost if the leader dies before a follower copied it.
+	AcksLeader Acks = 1
+	// AcksNone waits for nothing: no offsets, no errors, no guarantees.
+	AcksNone Acks = 0
+)
+
+type cfg struct {
+	seeds         []string
+	transportOpts []kgo.Opt
+	meta          *metadata.Refresher
+
+	acks            Acks
+	idempotent      bool
+	transactionalID string
+	txnTimeout      time.Duration
+
+	codec        compress.Codec
+	level        int
+	levelSet     bool
+	batchBytes   int
+	linger       time.Duration
+	maxBuffered  int
+	deliveryTO   time.Duration
+	requestTO    time.Duration
+	retryBackoff time.Duration
+	maxInFlight  int
+	partitioner  Partitioner
+	ledgerRanges int
+
+	onOutcome   func(Outcome)
+	onAckedLoss func(AckedWritesLost)
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		acks:         AcksAll,
+		idempotent:   true,
+		txnTimeout:   time.Minute,
+		codec:        compress.None,
+		batchBytes:   1 << 20,
+		maxBuffered:  64 << 20,
+		deliveryTO:   2 * time.Minute,
+		requestTO:    30 * time.Second,
+		retryBackoff: 100 * time.Millisecond,
+		maxInFlight:  MaxInFlightPerPartition,
+		ledgerRanges: DefaultLedgerRanges,
+	}
+}
+
+func (c *cfg) validate() error {
+	switch {
+	case len(c.seeds) == 0:
+		return fmt.Errorf("producer: no seed brokers (SeedBrokers)")
+	case c.acks != AcksAll && c.acks != AcksLeader && c.acks != AcksNone:
+		return fmt.Errorf("producer: invalid acks %d", c.acks)
+	case c.idempotent && c.acks != AcksAll:
+		return fmt.Errorf("producer: idempotence requires AcksAll (use DisableIdempotence for acks %d)", c.acks)
+	case c.transactionalID != "" && !c.idempotent:
+		return fmt.Errorf("producer: a transactional producer is idempotent (do not DisableIdempotence)")
+	case !c.codec.Valid():
+		return fmt.Errorf("producer: unknown compression codec %d", c.codec)
+	case c.batchBytes < 1024 || c.batchBytes > 64<<20:
+		return fmt.Errorf("producer: BatchMaxBytes %d out of range [1 KiB, 64 MiB]", c.batchBytes)
+	case c.linger < 0:
+		return fmt.Errorf("producer: Linger %v < 0", c.linger)
+	case c.maxBuffered < c.batchBytes:
+		return fmt.Errorf("producer: MaxBufferedBytes %d must be ≥ BatchMaxBytes %d", c.maxBuffered, c.batchBytes)
+	case c.requestTO < 100*time.Millisecond:
+		return fmt.Errorf("producer: RequestTimeout %v < 100ms", c.requestTO)
+	case c.deliveryTO < c.requestTO:
+		return fmt.Errorf("producer: DeliveryTimeout %v must be ≥ RequestTimeout %v", c.deliveryTO, c.requestTO)
+	case c.retryBackoff < time.Millisecond:
+		return fmt.Errorf("producer: RetryBackoff %v < 1ms", c.retryBackoff)
+	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightPerPartition:
+		return fmt.Errorf("producer: MaxInFlightPerPartition %d out of range [1, %d]", c.maxInFlight, MaxInFlightPerPartition)
+	case c.txnTimeout < time.Second:
+		return fmt.Errorf("producer: TransactionTimeout %v < 1s", c.txnTimeout)
+	}
+	if c.levelSet {
+		if _, err := compress.NewCompressor(compress.WithLevel(c.codec, c.level)); err != nil {
+			return fmt.Errorf("producer: %w", err)
+		}
+	}
+	return nil
+}
+
+// SeedBrokers sets the brokers to bootstrap from (host:port).
+func SeedBrokers(seeds ...string) Opt {
+	return optFunc(func(c *cfg) { c.seeds = append(c.seeds, seeds...) })
+}
+
+// TransportOpts passes options to the franz-go client kepoch creates as its
+// transport: SASL, TLS, a dialer, client id. Options that change how kgo
+// produces or consumes must not be given; kepoch sets the acknowledgement
+// level itself.
+func TransportOpts(opts ...kgo.Opt) Opt {
+	return optFunc(func(c *cfg) { c.transportOpts = append(c.transportOpts, opts...) })
+}
+
+// WithMetadata shares a metadata refresher with other producers and
+// consumers. It must be built on a client with the same seed brokers; the
+// producer still creates its own transport (kgo rewrites the acks of raw
+// Produce requests to its client's setting). It is not closed by Close.
+func WithMetadata(r *metadata.Refresher) Opt { return optFunc(func(c *cfg) { c.meta = r }) }
+
+// RequiredAcks sets the acknowledgement level (default AcksAll).
+func RequiredAcks(a Acks) Opt { return optFunc(func(c *cfg) { c.acks = a }) }
+
+// DisableIdempotence turns off the idempotent producer: no producer ID, no
+// sequence numbers, so a retried write may be duplicated. Needed for acks
+// other than AcksAll.
+func DisableIdempotence() Opt { return optFunc(func(c *cfg) { c.idempotent = false }) }
+
+// TransactionalID makes the producer transactional (Begin, Commit, Abort).
+func TransactionalID(id string) Opt { return optFunc(func(c *cfg) { c.transactionalID = id }) }
+
+// TransactionTimeout is how long the coordinator lets a transaction stay
+// open before aborting it (default 1m).
+func TransactionTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.txnTimeout = d }) }
+
+// Compression sets the codec of produced batches (default none).
+func Compression(codec compress.Codec) Opt { return optFunc(func(c *cfg) { c.codec = codec }) }
+
+// CompressionLevel sets the codec's level (codec-specific; validated by New).
+func CompressionLevel(level int) Opt {
+	return optFunc(func(c *cfg) { c.level, c.levelSet = level, true })
+}
+
+// BatchMaxBytes bounds a record batch's uncompressed size (default 1 MiB).
+// A record larger than it is sent alone.
+func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }) }
+
+// Linger is how long a partition's batch waits for more records before it
+// is sent while a request to its broker is idle (default 0: records sent as
+// soon as possible, batching whatever accumulates while a request is in
+// flight).
+func Linger(d time.Duration) Opt { return optFunc(func(c *cfg) { c.linger = d }) }
+
+// MaxBufferedBytes bounds the bytes of records buffered and in flight;
+// Produce blocks while it is reached (default 64 MiB).
+func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
+
+// DeliveryTimeout bounds the time from Produce to a record's final outcome
+// (default 2m).
+func DeliveryTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.deliveryTO = d }) }
+
+// RequestTimeout bounds each request to a broker (default 30s). A Produce
+// that times out has an unknown outcome: it may have been written.
+func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.requestTO = d }) }
+
+// RetryBackoff is the pause before a retry (default 100ms).
+func RetryBackoff(d time.Duration) Opt { return optFunc(func(c *cfg) { c.retryBackoff = d }) }
+
+// MaxInFlightPerPartition bounds the batches of one partition in flight
+// (1..5, default 5; the broker deduplicates only the last five).
+func MaxInFlight(n int) Opt { return optFunc(func(c *cfg) { c.maxInFlight = n }) }
+
+// WithPartitioner replaces the default partitioner (Java-compatible murmur2
+// for keyed records, sticky for unkeyed ones).
+func WithPartitioner(p Partitioner) Opt { return optFunc(func(c *cfg) { c.partitioner = p }) }
+
+// AckLedgerRanges bounds the acknowledged ranges remembered per partition
+// for acked-write loss detection (default 1024).
+func AckLedgerRanges(n int) Opt { return optFunc(func(c *cfg) { c.ledgerRanges = n }) }
+
+// OnOutcome is called for every KIP-360 recovery outcome (a batch resent
+// under a new producer epoch without loss or as a possible duplicate, a
+// proven or possible gap). It runs serially on a producer goroutine and must
+// not block or call back into the Producer.
+func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome = fn }) }
+
+// OnAckedWritesLost is called when records the brokers acknowledged are
+// found to be gone from the log after a leader change (an unclean leader
+// election truncated them). It runs serially on a producer goroutine and
+// must not block or call back into the Producer.
+func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
+	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
+}

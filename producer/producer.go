@@ -1,0 +1,377 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/errors"
+	recbatch "github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/metadata"
+)
+
+// Record is one record to produce.
+type Record struct {
+	Topic string
+	// Partition is used when ExplicitPartition is set; otherwise the
+	// partitioner chooses.
+	Partition         int32
+	ExplicitPartition bool
+	Key               []byte
+	Value             []byte
+	Headers           []Header
+	// Timestamp defaults to the time of Produce.
+	Timestamp time.Time
+}
+
+// Header is a record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Result is a record's delivery report.
+type Result struct {
+	Record    *Record
+	Partition int32
+	// Offset is the record's offset; -1 when unknown (acks=0, or a broker
+	// that only said the batch was a duplicate).
+	Offset int64
+	// LeaderEpoch is the partition leader epoch the producer's metadata
+	// named when the batch was sent: the epoch the batch was written under
+	// unless leadership moved away and back while it was in flight. -1 if
+	// unknown.
+	LeaderEpoch int32
+	// Err is nil when the record was acknowledged. A record whose Err
+	// matches errors.ErrUnknownOutcome may nevertheless be in the log.
+	Err error
+	// Recovery is the last KIP-360 outcome of the record's batch, if a
+	// recovery touched it (ResequencedNoLoss or PossibleDuplicate): a
+	// PossibleDuplicate record may be in the log twice.
+	Recovery Outcome
+}
+
+// Producer writes records to Kafka with raw Produce requests. It is
+// idempotent by default: one producer ID, per-partition sequence numbers, and
+// KIP-360 recovery (safe epoch bumps) decided by a Sequencer, with every
+// recovery outcome reported. It also keeps a ledger of acknowledged offsets
+// and reports acknowledged writes that a leader change removed.
+//
+// All methods are safe for concurrent use.
+type Producer struct {
+	cfg     cfg
+	cl      *kgo.Client
+	meta    *metadata.Refresher
+	ownMeta bool
+	sub     *metadata.Subscription
+	part    Partitioner
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	fatal     error
+	seq       *Sequencer // nil when not idempotent
+	ledger    *AckLedger
+	parts     map[TopicPartition]*pstate
+	batches   map[BatchRef]*pbatch // assigned batches of the idempotent producer
+	sinks     map[int32]*sink
+	watching  map[string]func()
+	buffered  int // bytes of records not yet finished
+	records   int // records not yet finished
+	flushing  int
+	spaceWake chan struct{} // closed and replaced when buffered bytes drop
+	doneWake  chan struct{} // closed and replaced when records finish
+	needPID   bool
+	pidWake   chan struct{}
+	ledgerQ   []ledgerTask
+	ledgerW   chan struct{}
+	comp      *compress.Compressor
+	builder   *recbatch.Builder
+}
+
+// New creates a producer. An idempotent producer asks for its producer ID
+// before its first send.
+func New(opts ...Opt) (*Producer, error) {
+	p := &Producer{cfg: defaultCfg()}
+	for _, o := range opts {
+		o.apply(&p.cfg)
+	}
+	if err := p.cfg.validate(); err != nil {
+		return nil, err
+	}
+	kopts := []kgo.Opt{kgo.SeedBrokers(p.cfg.seeds...)}
+	switch p.cfg.acks {
+	case AcksLeader:
+		kopts = append(kopts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	case AcksNone:
+		kopts = append(kopts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	}
+	cl, err := kgo.NewClient(append(kopts, p.cfg.transportOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("producer: transport: %w", err)
+	}
+	p.cl = cl
+	if p.cfg.meta != nil {
+		p.meta = p.cfg.meta
+	} else {
+		p.meta = metadata.NewRefresher(cl)
+		p.ownMeta = true
+	}
+	var copts []compress.CompressorOption
+	if p.cfg.levelSet {
+		copts = append(copts, compress.WithLevel(p.cfg.codec, p.cfg.level))
+	}
+	if p.comp, err = compress.NewCompressor(copts...); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	p.builder = recbatch.NewBuilder(p.comp)
+	p.part = p.cfg.partitioner
+	if p.part == nil {
+		p.part = DefaultPartitioner()
+	}
+	if p.cfg.idempotent {
+		if p.seq, err = NewSequencer(Config{MaxInFlight: p.cfg.maxInFlight}); err != nil {
+			cl.Close()
+			return nil, err
+		}
+		p.needPID = true
+	}
+	p.ledger = NewAckLedger(p.cfg.ledgerRanges)
+	p.parts = map[TopicPartition]*pstate{}
+	p.batches = map[BatchRef]*pbatch{}
+	p.sinks = map[int32]*sink{}
+	p.watching = map[string]func(){}
+	p.spaceWake = make(chan struct{})
+	p.doneWake = make(chan struct{})
+	p.pidWake = make(chan struct{}, 1)
+	p.ledgerW = make(chan struct{}, 1)
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.sub = p.meta.Subscribe()
+	p.goFn(p.metadataLoop)
+	p.goFn(p.expireLoop)
+	p.goFn(p.ledgerLoop)
+	if p.seq != nil {
+		p.goFn(p.pidLoop)
+		p.pidWake <- struct{}{}
+	}
+	return p, nil
+}
+
+func (p *Producer) goFn(fn func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+}
+
+// ProducerID returns the producer's current identity (NoProducerID before
+// the first InitProducerId answer, or when not idempotent).
+func (p *Producer) ProducerID() ProducerID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seq == nil {
+		return NoProducerID
+	}
+	return p.seq.Producer()
+}
+
+// Bumps returns how many times the producer bumped its epoch (or took a new
+// producer ID) to recover from a broker forgetting it.
+func (p *Producer) Bumps() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seq == nil {
+		return 0
+	}
+	return p.seq.Bumps()
+}
+
+// Produce buffers r for sending and calls cb once with its delivery report
+// (cb may be nil). It blocks while the buffer is full, until ctx ends. cb
+// runs on a producer goroutine, serially per partition in offset order; it
+// must not block for long.
+func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
+	if r == nil || r.Topic == "" {
+		return fmt.Errorf("producer: a record needs a topic")
+	}
+	if r.Timestamp.IsZero() {
+		r.Timestamp = time.Now()
+	}
+	size := recbatch.RecordSize(r.Key, r.Value, toBatchHeaders(r.Headers))
+	nparts, topicID, err := p.topic(ctx, r.Topic)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return errors.ErrClosed
+		}
+		if p.fatal != nil {
+			err := p.fatal
+			p.mu.Unlock()
+			return err
+		}
+		if p.buffered == 0 || p.buffered+size <= p.cfg.maxBuffered {
+			break
+		}
+		wake := p.spaceWake
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+		p.mu.Lock()
+	}
+	partition := r.Partition
+	if !r.ExplicitPartition {
+		partition = p.part.Partition(r, nparts)
+	} else if partition < 0 || partition >= nparts {
+		p.mu.Unlock()
+		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
+			Err: fmt.Errorf("no such partition (topic has %d)", nparts)}
+	}
+	ps := p.pstateLocked(TopicPartition{r.Topic, partition}, topicID)
+	p.buffered += size
+	p.records++
+	ps.add(p, &pending{rec: r, cb: cb, size: size})
+	p.mu.Unlock()
+	return nil
+}
+
+// ProduceSync produces the records and waits for all of their delivery
+// reports; it returns the first error.
+func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, error) {
+	results := make([]Result, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Add(1)
+		if err := p.Produce(ctx, r, func(res Result) { results[i] = res; wg.Done() }); err != nil {
+			wg.Done()
+			results[i] = Result{Record: r, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
+		}
+	}
+	p.Flush(ctx) // send now, whatever the linger
+	wg.Wait()
+	for _, res := range results {
+		if res.Err != nil {
+			return results, res.Err
+		}
+	}
+	return results, nil
+}
+
+// Flush sends everything buffered without waiting for linger and waits
+// until every record produced before it has its delivery report, or ctx
+// ends.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	p.flushing++
+	p.wakeSinksLocked()
+	defer func() {
+		p.mu.Lock()
+		p.flushing--
+		p.mu.Unlock()
+	}()
+	for p.records > 0 {
+		wake := p.doneWake
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Close flushes (bounded by ctx), then stops every goroutine of the producer
+// and fails what is left with errors.ErrClosed.
+func (p *Producer) Close(ctx context.Context) error {
+	ferr := p.Flush(ctx)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for _, unwatch := range p.watching {
+		unwatch()
+	}
+	p.mu.Unlock()
+	p.cancel()
+	p.sub.Close()
+	p.wg.Wait()
+	p.mu.Lock()
+	var cbs []func()
+	for _, ps := range p.parts {
+		cbs = ps.failAll(p, errors.ErrClosed, cbs)
+	}
+	for ref, b := range p.batches {
+		delete(p.batches, ref)
+		cbs = p.finishLocked(b, errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome), -1, nil, cbs)
+	}
+	p.mu.Unlock()
+	run(cbs)
+	if p.ownMeta {
+		p.meta.Close()
+	}
+	p.cl.Close()
+	return ferr
+}
+
+// topic returns the partition count and topic ID, waiting for metadata.
+func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, error) {
+	p.mu.Lock()
+	if _, ok := p.watching[name]; !ok && !p.closed {
+		p.watching[name] = p.meta.Watch(name)
+	}
+	p.mu.Unlock()
+	t, err := p.meta.Topic(name)
+	if err != nil || len(t.Partitions) == 0 {
+		if _, err := p.meta.WaitFor(ctx, name, 0, 0); err != nil {
+			return 0, [16]byte{}, err
+		}
+		if t, err = p.meta.Topic(name); err != nil {
+			return 0, [16]byte{}, err
+		}
+	}
+	return int32(len(t.Partitions)), t.ID, nil
+}
+
+func (p *Producer) wakeSinksLocked() {
+	for _, s := range p.sinks {
+		s.wakeUp()
+	}
+}
+
+// run calls the collected callbacks, outside the lock.
+func run(cbs []func()) {
+	for _, f := range cbs {
+		f()
+	}
+}
+
+func toBatchHeaders(hs []Header) []recbatch.RecordHeader {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]recbatch.RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = recbatch.RecordHeader{Key: []byte(h.Key), Value: h.Value}
+	}
+	return out
+}

@@ -1,0 +1,326 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/producer"
+)
+
+const topic = "t"
+
+func newCluster(t *testing.T, partitions int32) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newProducer(t *testing.T, c *kfake.Cluster, opts ...producer.Opt) *producer.Producer {
+	t.Helper()
+	opts = append([]producer.Opt{producer.SeedBrokers(c.ListenAddrs()...), producer.RetryBackoff(10 * time.Millisecond)}, opts...)
+	p, err := producer.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.Close(ctx)
+	})
+	return p
+}
+
+// readAll reads every record of the topic with kgo's consumer (an oracle).
+func readAll(t *testing.T, c *kfake.Cluster, partitions int32, want int) map[int32][]*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := map[int32][]*kgo.Record{}
+	n := 0
+	for n < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records", n, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out[r.Partition] = append(out[r.Partition], r)
+			n++
+		})
+	}
+	return out
+}
+
+func TestProduceKeyedAcrossPartitions(t *testing.T) {
+	for _, codec := range []compress.Codec{compress.None, compress.Zstd, compress.LZ4} {
+		t.Run(codec.String(), func(t *testing.T) {
+			c := newCluster(t, 3)
+			p := newProducer(t, c, producer.Compression(codec))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			const n = 600
+			var mu sync.Mutex
+			results := map[string]producer.Result{}
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				r := &producer.Record{Topic: topic, Key: []byte(fmt.Sprintf("k%d", i%17)), Value: []byte(fmt.Sprintf("v%d", i))}
+				if err := p.Produce(ctx, r, func(res producer.Result) {
+					mu.Lock()
+					results[string(res.Record.Value)] = res
+					mu.Unlock()
+					wg.Done()
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			got := readAll(t, c, 3, n)
+			total := 0
+			for part, rs := range got {
+				lastByKey := map[string]int{}
+				for _, r := range rs {
+					total++
+					res, ok := results[string(r.Value)]
+					if !ok || res.Err != nil {
+						t.Fatalf("record %s: report %+v", r.Value, res)
+					}
+					if res.Partition != part || res.Offset != r.Offset {
+						t.Fatalf("record %s reported at %d/%d, read at %d/%d", r.Value, res.Partition, res.Offset, part, r.Offset)
+					}
+					if want := producer.KeyPartition(r.Key, 3); want != part {
+						t.Fatalf("key %s in partition %d, want %d", r.Key, part, want)
+					}
+					var i int
+					fmt.Sscanf(string(r.Value), "v%d", &i)
+					if prev, ok := lastByKey[string(r.Key)]; ok && prev > i {
+						t.Fatalf("key %s: v%d after v%d: reordered", r.Key, i, prev)
+					}
+					lastByKey[string(r.Key)] = i
+					if r.ProducerID != p.ProducerID().ID {
+						t.Fatalf("record written by producer %d, ours is %v", r.ProducerID, p.ProducerID())
+					}
+				}
+			}
+			if total != n {
+				t.Fatalf("read %d records, produced %d", total, n)
+			}
+		})
+	}
+}
+
+func TestKeyPartitionMatchesJavaAndKgo(t *testing.T) {
+	// Values of Java's Utils.murmur2 (Kafka's UtilsTest).
+	for key, want := range map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+		"abc": 479470107,
+	} {
+		n := int32(1 << 30)
+		if got, w := producer.KeyPartition([]byte(key), n), (want&0x7fffffff)%n; got != w {
+			t.Errorf("KeyPartition(%q) = %d, want %d", key, got, w)
+		}
+	}
+	kp := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	for i := 0; i < 1000; i++ {
+		key := []byte(fmt.Sprintf("key-%d-%x", i, i*7919))
+		for _, n := range []int{1, 3, 7, 100} {
+			if got, want := producer.KeyPartition(key, int32(n)), kp.Partition(&kgo.Record{Key: key}, n); int(got) != want {
+				t.Fatalf("KeyPartition(%q, %d) = %d, kgo says %d", key, n, got, want)
+			}
+		}
+	}
+}
+
+// TestUnknownProducerIDBumpsAndReports injects UNKNOWN_PRODUCER_ID (the
+// broker forgot the producer) on one produce: the producer bumps its epoch,
+// resends the batch under the new identity, reports the outcome, and every
+// record is written exactly once.
+func TestUnknownProducerIDBumpsAndReports(t *testing.T) {
+	c := newCluster(t, 1)
+	var mu sync.Mutex
+	var outcomes []producer.Outcome
+	var lost []producer.AckedWritesLost
+	p := newProducer(t, c, producer.OnOutcome(func(o producer.Outcome) {
+		mu.Lock()
+		outcomes = append(outcomes, o)
+		mu.Unlock()
+	}), producer.OnAckedWritesLost(func(l producer.AckedWritesLost) {
+		mu.Lock()
+		lost = append(lost, l)
+		mu.Unlock()
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := func(i int) *producer.Record {
+		return &producer.Record{Topic: topic, Partition: 0, ExplicitPartition: true, Value: []byte(fmt.Sprintf("v%d", i))}
+	}
+	if _, err := p.ProduceSync(ctx, rec(0), rec(1)); err != nil {
+		t.Fatal(err)
+	}
+	before := p.ProducerID()
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.UnknownProducerID, Count: 1})
+	res, err := p.ProduceSync(ctx, rec(2), rec(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := p.ProducerID()
+	if after.ID != before.ID || after.Epoch != before.Epoch+1 || p.Bumps() != 1 {
+		t.Fatalf("identity %v → %v after UNKNOWN_PRODUCER_ID, %d bumps; want one epoch bump", before, after, p.Bumps())
+	}
+	if _, ok := res[0].Recovery.(producer.ResequencedNoLoss); !ok {
+		t.Fatalf("recovery outcome %#v; want ResequencedNoLoss", res[0].Recovery)
+	}
+	// The fault's answer carries no log start offset, so the producer
+	// cannot rule out that acknowledged writes are gone: it says so
+	// (PossibleGap), checks its ack ledger against the leader, and finds
+	// nothing lost.
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	if len(outcomes) != 2 {
+		t.Fatalf("outcomes %v; want a PossibleGap and a ResequencedNoLoss", outcomes)
+	}
+	if _, ok := outcomes[0].(producer.PossibleGap); !ok {
+		t.Fatalf("first outcome %#v; want PossibleGap", outcomes[0])
+	}
+	if _, ok := outcomes[1].(producer.ResequencedNoLoss); !ok {
+		t.Fatalf("second outcome %#v; want ResequencedNoLoss", outcomes[1])
+	}
+	if len(lost) != 0 {
+		t.Fatalf("acked writes reported lost: %v", lost)
+	}
+	mu.Unlock()
+	got := readAll(t, c, 1, 4)[0]
+	for i, r := range got {
+		if string(r.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("log %d = %s", i, r.Value)
+		}
+	}
+	if len(got) != 4 {
+		t.Fatalf("log has %d records, want 4", len(got))
+	}
+}
+
+func TestRetriableErrorsKeepOrderWithoutBump(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 3})
+	var rs []*producer.Record
+	for i := 0; i < 50; i++ {
+		rs = append(rs, &producer.Record{Topic: topic, Partition: 0, ExplicitPartition: true, Value: []byte(fmt.Sprintf("v%d", i))})
+	}
+	if _, err := p.ProduceSync(ctx, rs...); err != nil {
+		t.Fatal(err)
+	}
+	if p.Bumps() != 0 {
+		t.Fatalf("%d bumps for NOT_LEADER_OR_FOLLOWER", p.Bumps())
+	}
+	got := readAll(t, c, 1, 50)[0]
+	for i, r := range got {
+		if string(r.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("log %d = %s: reordered or duplicated", i, r.Value)
+		}
+	}
+}
+
+func TestNonRetriableFailsWithTypedError(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: 1})
+	_, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("x")})
+	var pe *errors.PartitionError
+	if !errors.As(err, &pe) || !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("error %v; want a PartitionError wrapping TOPIC_AUTHORIZATION_FAILED", err)
+	}
+}
+
+func TestAcksLeaderNonIdempotent(t *testing.T) {
+	c := newCluster(t, 2)
+	p := newProducer(t, c, producer.RequiredAcks(producer.AcksLeader), producer.DisableIdempotence())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rs []*producer.Record
+	for i := 0; i < 100; i++ {
+		rs = append(rs, &producer.Record{Topic: topic, Value: []byte(fmt.Sprint(i))})
+	}
+	res, err := p.ProduceSync(ctx, rs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Offset < 0 {
+			t.Fatalf("no offset: %+v", r)
+		}
+	}
+	if p.ProducerID().Valid() {
+		t.Fatal("non-idempotent producer has a producer ID")
+	}
+	got := readAll(t, c, 2, 100)
+	if len(got[0])+len(got[1]) != 100 {
+		t.Fatalf("read %d", len(got[0])+len(got[1]))
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	for name, opts := range map[string][]producer.Opt{
+		"no seeds":               nil,
+		"idempotent acks=1":      {producer.SeedBrokers("x:1"), producer.RequiredAcks(producer.AcksLeader)},
+		"bad acks":               {producer.SeedBrokers("x:1"), producer.RequiredAcks(3)},
+		"tiny batch":             {producer.SeedBrokers("x:1"), producer.BatchMaxBytes(10)},
+		"buffer below batch":     {producer.SeedBrokers("x:1"), producer.MaxBufferedBytes(1024), producer.BatchMaxBytes(4096)},
+		"delivery below request": {producer.SeedBrokers("x:1"), producer.DeliveryTimeout(time.Second), producer.RequestTimeout(2 * time.Second)},
+		"in flight":              {producer.SeedBrokers("x:1"), producer.MaxInFlight(6)},
+		"level":                  {producer.SeedBrokers("x:1"), producer.Compression(compress.Zstd), producer.CompressionLevel(99)},
+	} {
+		if _, err := producer.New(opts...); err == nil {
+			t.Errorf("%s: New accepted invalid options", name)
+		}
+	}
+}
+
+func TestMisuse(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Produce(ctx, &producer.Record{}, nil); err == nil {
+		t.Error("record without topic accepted")
+	}
+	if err := p.Produce(ctx, &producer.Record{Topic: topic, Partition: 9, ExplicitPartition: true}, nil); err == nil {
+		t.Error("record for a missing partition accepted")
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Produce(ctx, &producer.Record{Topic: topic}, nil); !errors.Is(err, errors.ErrClosed) {
+		t.Errorf("Produce after Close: %v", err)
+	}
+}

@@ -1,0 +1,286 @@
+package producer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	recbatch "github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/metadata"
+)
+
+// sink is the send loop of one broker: one Produce request in flight at a
+// time, with at most one batch per partition (the broker requires it of an
+// idempotent producer), retries first. Started on demand, owned by the
+// Producer, stopped by Close.
+type sink struct {
+	p    *Producer
+	id   int32
+	wake chan struct{}
+}
+
+func (p *Producer) sinkLocked(id int32) *sink {
+	if id < 0 {
+		return nil
+	}
+	s := p.sinks[id]
+	if s == nil {
+		s = &sink{p: p, id: id, wake: make(chan struct{}, 1)}
+		p.sinks[id] = s
+		if !p.closed {
+			p.goFn(s.loop)
+		}
+	}
+	return s
+}
+
+func (s *sink) wakeUp() {
+	if s == nil {
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sent is one batch in a Produce request.
+type sent struct {
+	b   *pbatch
+	ps  *pstate
+	ref BatchRef
+}
+
+func (s *sink) loop() {
+	p := s.p
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		req, batches, next := s.build(time.Now())
+		if req == nil {
+			if !next.IsZero() {
+				timer.Reset(time.Until(next))
+			}
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-s.wake:
+			case <-timer.C:
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+		resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
+		cancel()
+		s.handle(batches, resp, err)
+	}
+}
+
+// build makes the next Produce request for this broker, or returns the time
+// at which something will be ready (zero: nothing pending).
+func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.fatal != nil || (p.seq != nil && !p.seq.Producer().Valid()) {
+		return nil, nil, time.Time{}
+	}
+	var out []sent
+	var next time.Time
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, ps := range p.parts {
+		if ps.leader != s.id {
+			continue
+		}
+		if ps.openReady(p, now) {
+			ps.closeOpen(p)
+		} else if ps.open != nil {
+			later(ps.open.created.Add(p.cfg.linger))
+		}
+		if b, ref, ok := s.nextBatch(ps, now, later); ok {
+			b.epoch = ps.epoch
+			out = append(out, sent{b: b, ps: ps, ref: ref})
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil, next
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = int16(p.cfg.acks)
+	req.TimeoutMillis = int32(p.cfg.requestTO / time.Millisecond)
+	idx := map[string]int{}
+	for _, x := range out {
+		i, ok := idx[x.ps.tp.Topic]
+		if !ok {
+			t := kmsg.NewProduceRequestTopic()
+			t.Topic, t.TopicID = x.ps.tp.Topic, x.ps.topicID
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[x.ps.tp.Topic] = i
+		}
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = x.ps.tp.Partition
+		rp.Records = x.b.encoded
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	return req, out, next
+}
+
+// nextBatch picks the partition's batch for this request: the retry the
+// Sequencer wants first, else the oldest queued batch (given its sequence
+// now). It stamps the batch's identity into its header.
+func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pbatch, BatchRef, bool) {
+	p := s.p
+	if p.seq == nil {
+		if b := ps.inflight; b != nil {
+			if b.retryAt.IsZero() {
+				return nil, 0, false // on the wire
+			}
+			if now.Before(b.retryAt) {
+				later(b.retryAt)
+				return nil, 0, false
+			}
+			b.retryAt = time.Time{}
+			return b, 0, true
+		}
+		if len(ps.queue) == 0 {
+			return nil, 0, false
+		}
+		b := ps.queue[0]
+		ps.queue = ps.queue[1:]
+		ps.inflight = b
+		return b, 0, true
+	}
+	if ref, id, ok := p.seq.NextResend(ps.tp); ok {
+		b := p.batches[ref]
+		if b == nil {
+			return nil, 0, false
+		}
+		if now.Before(b.retryAt) {
+			later(b.retryAt)
+			return nil, 0, false
+		}
+		if err := s.stamp(b, id); err != nil || p.seq.Sent(ref) != nil {
+			return nil, 0, false
+		}
+		return b, ref, true
+	}
+	if len(ps.queue) == 0 {
+		return nil, 0, false
+	}
+	b := ps.queue[0]
+	ref, id, err := p.seq.Assign(ps.tp, int32(len(b.recs)), b.deadline)
+	if err != nil {
+		return nil, 0, false // not now: in-flight limit, recovery, or no producer ID
+	}
+	ps.queue = ps.queue[1:]
+	b.ref, b.assigned = ref, true
+	p.batches[ref] = b
+	if err := s.stamp(b, id); err != nil {
+		// Cannot happen for a batch kepoch encoded; fail it as never sent.
+		d := p.seq.Complete(ref, ProduceResult{Delivery: NotSent, Code: kerr.CorruptMessage.Code, LogStartOffset: -1})
+		run(p.applyLocked(d, nil))
+		return nil, 0, false
+	}
+	return b, ref, true
+}
+
+func (s *sink) stamp(b *pbatch, id BatchIdentity) error {
+	return recbatch.SetProducer(b.encoded, id.Producer.ID, id.Producer.Epoch, id.BaseSequence)
+}
+
+// handle applies a Produce answer (or its failure) to every batch sent.
+func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
+	p := s.p
+	p.mu.Lock()
+	var cbs []func()
+	for _, x := range batches {
+		res := ProduceResult{Delivery: Answered, BaseOffset: -1, LogStartOffset: -1}
+		switch {
+		case err != nil:
+			res.Delivery = NoResponse
+			if errors.ProduceNotApplied(err) {
+				res.Delivery = NotSent
+			}
+		case p.cfg.acks == AcksNone:
+			// No answer by design; count it as written, offset unknown.
+		default:
+			found := false
+			for _, t := range resp.Topics {
+				if t.Topic != x.ps.tp.Topic && t.TopicID != x.ps.topicID {
+					continue
+				}
+				for _, rp := range t.Partitions {
+					if rp.Partition == x.ps.tp.Partition {
+						res.Code, res.BaseOffset, res.LogStartOffset, found = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset, true
+						if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
+							p.meta.ApplyHint(x.ps.tp.Topic, x.ps.tp.Partition, rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch)
+						}
+					}
+				}
+			}
+			if !found {
+				res.Delivery = NoResponse
+			}
+		}
+		if res.Code != 0 || res.Delivery != Answered {
+			var cause error = kerr.ErrorForCode(res.Code)
+			if res.Delivery != Answered {
+				cause = err
+			}
+			if reason, ok := metadata.ReasonFor(cause); ok {
+				p.meta.Trigger(reason)
+			} else if res.Delivery != Answered {
+				p.meta.Trigger(metadata.ReasonNotLeader)
+			}
+			x.b.retryAt = time.Now().Add(p.cfg.retryBackoff)
+		}
+		if p.seq != nil {
+			cbs = p.applyLocked(p.seq.Complete(x.ref, res), cbs)
+			continue
+		}
+		cbs = s.completePlain(x, res, err, cbs)
+	}
+	p.wakeSinksLocked()
+	p.mu.Unlock()
+	run(cbs)
+}
+
+// completePlain finishes a batch of a non-idempotent producer: retried on a
+// retriable error while its delivery deadline allows (a retry may duplicate
+// it if the failed attempt was written), else failed.
+func (s *sink) completePlain(x sent, res ProduceResult, err error, cbs []func()) []func() {
+	p := s.p
+	b := x.b
+	if res.Delivery == Answered && res.Code == 0 {
+		x.ps.inflight = nil
+		if p.cfg.acks != AcksNone && res.BaseOffset >= 0 {
+			_ = p.ledger.Record(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch, Producer: NoProducerID, FirstSequence: -1})
+		}
+		return p.finishLocked(b, nil, res.BaseOffset, nil, cbs)
+	}
+	cause := err
+	if res.Delivery == Answered {
+		cause = kerr.ErrorForCode(res.Code)
+	}
+	if res.Delivery != NotSent && !(res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
+		b.maybe = true
+	}
+	if errors.IsRetriable(cause) && time.Now().Before(b.deadline) {
+		return cbs // stays inflight with retryAt set
+	}
+	x.ps.inflight = nil
+	ferr := &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: cause}
+	var e error = ferr
+	if b.maybe {
+		e = errors.Join(ferr, errors.ErrUnknownOutcome)
+	}
+	return p.finishLocked(b, e, -1, nil, cbs)
+}
