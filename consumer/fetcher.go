@@ -103,13 +103,11 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 			lastFetchedEpoch: p.fetch.LastFetchedEpoch, maxBytes: c.cfg.partMaxBytes,
 		}
 	}
-	if len(parts) == 0 && len(f.session.sent) == 0 {
-		return nil, nil, plan{}, nil
-	}
 	if len(parts) == 0 {
-		// Nothing wanted, but the session still holds partitions: forget
-		// them, or the broker would answer for them.
-		f.session.reset()
+		// Nothing wanted now. The session keeps its partitions: the next
+		// request forgets those still unwanted then. (Resetting here would
+		// open a new broker session on every request of a broker whose
+		// partitions are all buffered, leaking the old ones.)
 		return nil, nil, plan{}, nil
 	}
 	pl := f.session.plan(want)
