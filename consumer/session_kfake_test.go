@@ -19,8 +19,8 @@ import (
 type sessionChecker struct {
 	t    *testing.T
 	sent map[int32]map[int32]kmsg.FetchRequestTopicPartition // node → partition → last named
-	full map[int32]int                                      // node → full requests
-	nmd  map[int32]int                                      // partition → times named
+	full map[int32]int                                       // node → full requests
+	nmd  map[int32]int                                       // partition → times named
 }
 
 func newSessionChecker(t *testing.T) *sessionChecker {
@@ -217,4 +217,3 @@ func TestFetchSessionIDNotFoundRecovers(t *testing.T) {
 		t.Errorf("%d incremental requests were followed by a full one; want the 2 faulted ones", faulted)
 	}
 }
-
