@@ -104,6 +104,9 @@ type UncleanPlan struct {
 	After  int // records written by the new leader after the election
 	// Log, when set, receives one line per step.
 	Log func(format string, args ...any)
+	// Write, when set, writes the values instead of ProduceValues (phase is
+	// "before", "lost" or "after"; acks is what the phase needs).
+	Write func(ctx context.Context, phase string, acks Acks, topic string, values []string) ([]int64, error)
 	// BeforeKill, when set, runs after the Lost records are acknowledged and
 	// before the old leader is killed (a consumer can read them there).
 	BeforeKill func(ctx context.Context, topic string) error
@@ -155,7 +158,13 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 		}
 		return vs
 	}
-	if _, err := ProduceValues(ctx, AcksAll, u.Topic, 0, values("a", p.Before)...); err != nil {
+	write := func(phase string, acks Acks, vs []string) ([]int64, error) {
+		if p.Write != nil {
+			return p.Write(ctx, phase, acks, u.Topic, vs)
+		}
+		return ProduceValues(ctx, acks, u.Topic, 0, vs...)
+	}
+	if _, err := write("before", AcksAll, values("a", p.Before)); err != nil {
 		return u, err
 	}
 	if err := waitLogEnd(ctx, c, u.NewLeader, u.Topic, int64(p.Before)); err != nil {
@@ -172,7 +181,7 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 	logf("follower %d stopped: %v", u.NewLeader, st)
 
 	u.LostValues = values("b", p.Lost)
-	if u.LostOffsets, err = ProduceValues(ctx, AcksLeader, u.Topic, 0, u.LostValues...); err != nil {
+	if u.LostOffsets, err = write("lost", AcksLeader, u.LostValues); err != nil {
 		return u, err
 	}
 	for i, off := range u.LostOffsets {
@@ -231,7 +240,7 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 	}
 	logf("unclean election: %v", st)
 
-	offs, err := ProduceValues(ctx, AcksAll, u.Topic, 0, values("c", p.After)...)
+	offs, err := write("after", AcksAll, values("c", p.After))
 	if err != nil {
 		return u, err
 	}

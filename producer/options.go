@@ -53,6 +53,7 @@ type cfg struct {
 	maxInFlight  int
 	partitioner  Partitioner
 	ledgerRanges int
+	metaMaxAge   time.Duration
 
 	onOutcome   func(Outcome)
 	onAckedLoss func(AckedWritesLost)
@@ -71,6 +72,7 @@ func defaultCfg() cfg {
 		retryBackoff: 100 * time.Millisecond,
 		maxInFlight:  MaxInFlightPerPartition,
 		ledgerRanges: DefaultLedgerRanges,
+		metaMaxAge:   30 * time.Second,
 	}
 }
 
@@ -100,6 +102,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("producer: RetryBackoff %v < 1ms", c.retryBackoff)
 	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightPerPartition:
 		return fmt.Errorf("producer: MaxInFlightPerPartition %d out of range [1, %d]", c.maxInFlight, MaxInFlightPerPartition)
+	case c.metaMaxAge < 100*time.Millisecond:
+		return fmt.Errorf("producer: MetadataMaxAge %v < 100ms", c.metaMaxAge)
 	case c.txnTimeout < time.Second:
 		return fmt.Errorf("producer: TransactionTimeout %v < 1s", c.txnTimeout)
 	}
@@ -203,3 +207,9 @@ func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }
+
+// MetadataMaxAge is how old metadata may grow before it is refreshed, for a
+// refresher the producer creates (default 30s). It bounds how long an idle
+// producer takes to notice a leader change, and so to check that its
+// acknowledged writes survived it.
+func MetadataMaxAge(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metaMaxAge = d }) }

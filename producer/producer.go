@@ -121,7 +121,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if p.cfg.meta != nil {
 		p.meta = p.cfg.meta
 	} else {
-		p.meta = metadata.NewRefresher(cl)
+		p.meta = metadata.NewRefresher(cl, metadata.MaxAge(p.cfg.metaMaxAge))
 		p.ownMeta = true
 	}
 	var copts []compress.CompressorOption
