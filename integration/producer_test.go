@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/producer"
 )
@@ -206,4 +208,120 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 		t.Fatalf("acked writes reported lost %v, truncation events %v", lost, got.events)
 	}
 	t.Logf("%d records, each once and in order; %d epoch bumps; outcomes %v", n, p.Bumps(), outcomes)
+}
+
+// setClusterConfig sets (value non-nil) or deletes a cluster-wide dynamic
+// broker config with IncrementalAlterConfigs.
+func (c *Cluster) setClusterConfig(ctx context.Context, name string, value *string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeBroker
+	r.ResourceName = ""
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name = name
+	cfg.Value = value
+	if value == nil {
+		cfg.Op = kmsg.IncrementalAlterConfigOpDelete
+	}
+	r.Configs = append(r.Configs, cfg)
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	for _, rr := range resp.Resources {
+		if err := errCode(rr.ErrorCode); err != nil {
+			return fmt.Errorf("alter %s: %w (%s)", name, err, deref(rr.ErrorMessage))
+		}
+	}
+	return nil
+}
+
+// describeProducers returns the producer ids the leader holds state for.
+func (c *Cluster) describeProducers(ctx context.Context, broker int32, topic string) ([]int64, error) {
+	req := kmsg.NewPtrDescribeProducersRequest()
+	rt := kmsg.NewDescribeProducersRequestTopic()
+	rt.Topic = topic
+	rt.Partitions = []int32{0}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := errCode(p.ErrorCode); err != nil {
+				return nil, err
+			}
+			for _, ap := range p.ActiveProducers {
+				ids = append(ids, ap.ProducerID)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// TestProducerStateExpiry lets the brokers forget the producer
+// (producer.id.expiration.ms lowered to 2s) while it idles, then produces
+// again: the producer continues without an error surfaced and without a
+// duplicate, in order.
+func TestProducerStateExpiry(t *testing.T) {
+	c := Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := TopicName("producer-expiry")
+	if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}}, map[string]string{"min.insync.replicas": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	ms := "2000"
+	if err := c.setClusterConfig(ctx, "producer.id.expiration.ms", &ms); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.setClusterConfig(context.Background(), "producer.id.expiration.ms", nil); err != nil {
+			t.Errorf("restoring producer.id.expiration.ms: %v", err)
+		}
+	})
+	var mu sync.Mutex
+	var outcomes []producer.Outcome
+	p := newProducer(t, producer.OnOutcome(func(o producer.Outcome) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }))
+	vals := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%d", prefix, i)
+		}
+		return out
+	}
+	if _, err := produceValues(ctx, p, topic, vals("a", 20)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := c.Describe(ctx, topic, 0)
+	pid := p.ProducerID().ID
+	// Wait until the leader has forgotten the producer.
+	if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
+		ids, err := c.describeProducers(ctx, st.Leader, topic)
+		return err == nil && !slices.Contains(ids, pid), nil
+	}); err != nil {
+		t.Fatalf("the leader never expired producer %d: %v", pid, err)
+	}
+	t.Logf("leader %d expired producer %d", st.Leader, pid)
+	if _, err := produceValues(ctx, p, topic, vals("b", 20)); err != nil {
+		t.Fatalf("producing after expiry: %v", err)
+	}
+	cons := newConsumer(t)
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
+		t.Fatal(err)
+	}
+	var got polled
+	if err := got.pollFor(ctx, cons, func(p *polled) bool { return len(p.records) >= 40 }); err != nil {
+		t.Fatal(err)
+	}
+	want := append(vals("a", 20), vals("b", 20)...)
+	if g := values(got.records); !slices.Equal(g, want) {
+		t.Fatalf("log %v; want %v", g, want)
+	}
+	mu.Lock()
+	t.Logf("after expiry: %d bumps, outcomes %v", p.Bumps(), outcomes)
+	mu.Unlock()
 }
