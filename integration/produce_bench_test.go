@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkProduce compares kepoch's producer with franz-go's on the real
+// cluster, side by side in one run: idempotent, acks=all, 3 partitions with
+// replication factor 3, keyed records. Each iteration produces a fixed
+// number of records and waits for every acknowledgement.
+//
+//	KEPOCH_KAFKA=1 go test -run '^$' -bench BenchmarkProduce -count 6 ./integration/
+func BenchmarkProduce(b *testing.B) {
+	c := Require(b)
+	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
+		for _, size := range []int{100, 1024} {
+			n := 20000
+			if size > 100 {
+				n = 5000
+			}
+			topic := TopicName(fmt.Sprintf("bench-produce-%s-%d", codec, size))
+			ctx := context.Background()
+			if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}, {2, 3, 1}, {3, 1, 2}}, nil); err != nil {
+				b.Fatal(err)
+			}
+			value := make([]byte, size)
+			for i := range value {
+				value[i] = byte('a' + i%26)
+			}
+			keys := make([][]byte, 64)
+			for i := range keys {
+				keys[i] = []byte(fmt.Sprintf("key-%d", i))
+			}
+			b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) {
+				p, err := producer.New(producer.SeedBrokers(Seeds...), producer.Compression(codec))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close(ctx)
+				run := func() {
+					var wg sync.WaitGroup
+					wg.Add(n)
+					var failed error
+					var mu sync.Mutex
+					for i := 0; i < n; i++ {
+						r := &producer.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
+						if err := p.Produce(ctx, r, func(res producer.Result) {
+							if res.Err != nil {
+								mu.Lock()
+								failed = res.Err
+								mu.Unlock()
+							}
+							wg.Done()
+						}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					wg.Wait()
+					if failed != nil {
+						b.Fatal(failed)
+					}
+				}
+				benchProduce(b, n, size, run)
+			})
+			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
+				kc := kgo.NoCompression()
+				if codec == compress.Zstd {
+					kc = kgo.ZstdCompression()
+				}
+				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cl.Close()
+				run := func() {
+					var wg sync.WaitGroup
+					wg.Add(n)
+					var failed error
+					var mu sync.Mutex
+					for i := 0; i < n; i++ {
+						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) {
+							if err != nil {
+								mu.Lock()
+								failed = err
+								mu.Unlock()
+							}
+							wg.Done()
+						})
+					}
+					wg.Wait()
+					if failed != nil {
+						b.Fatal(failed)
+					}
+				}
+				benchProduce(b, n, size, run)
+			})
+		}
+	}
+}
+
+func benchProduce(b *testing.B, n, size int, run func()) {
+	run() // warm up: producer ID, metadata, connections
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, t0 := cpuTime(), time.Now()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	elapsed, cpu := time.Since(t0), cpuTime()-cpu0
+	b.StopTimer()
+	recs := float64(n * b.N)
+	b.ReportMetric(recs/elapsed.Seconds(), "records/s")
+	b.ReportMetric(recs*float64(size)/elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/recs, "cpu-ns/record")
+}
