@@ -218,16 +218,27 @@ type Truncation struct {
 	// and the epoch of the last consumed record.
 	Consumed Position
 	// Divergent is, for Diverged, the first offset that is not in the
-	// leader's log as it was consumed, with the epoch of the record just
-	// before it that both logs share (when Exact), or else the leader's
-	// epoch that ends there (Kafka's choice); NoOffset/NoEpoch for other
-	// kinds. It is the position a rewind moves to.
+	// leader's log as it was consumed, with the leader's epoch that ends
+	// there (as Kafka's LogTruncationException.divergentOffsets has it) or,
+	// when exact, the epoch of the record just before it that both logs
+	// share; NoEpoch if neither is known. NoOffset/NoEpoch for other kinds.
 	Divergent Position
+	// Resume is, for Diverged, where reading the new lineage continues:
+	// the position ThenRewind moved to, or the one to seek to (with
+	// AtEpoch) after ThenHalt. Its offset is Divergent's; its epoch is
+	// the epoch of the leader's record before it when that is certain and
+	// NoEpoch otherwise (the leader may have echoed an epoch it does not
+	// have, and a wrong epoch would make a later validation report a
+	// divergence that is not there); the first batch then supplies it.
+	// NoOffset/NoEpoch for other kinds.
+	Resume Position
 	// Exact is true when the lineage proves Divergent is the first
-	// replaced offset. When false, Divergent is an upper bound: the leader
-	// confirms everything consumed from Divergent on is gone, but records
-	// consumed before it, outside what the lineage remembers, may be gone
-	// too (this is the precision of Kafka's own LogTruncationException).
+	// replaced offset (of those the leader still holds: records below its
+	// log start were deleted by retention and nobody can compare them).
+	// When false, Divergent is an upper bound: the leader confirms
+	// everything consumed from Divergent on is gone, but records consumed
+	// before it, outside what the lineage remembers, may be gone too (this
+	// is the precision of Kafka's own LogTruncationException).
 	Exact bool
 	// Replaced is the delivered offsets that are no longer in the log:
 	// [Divergent, Consumed) for Diverged (from the first offset consumed
@@ -252,6 +263,10 @@ func (t Truncation) String() string {
 	if t.Kind == Diverged {
 		b.WriteString(" divergent=")
 		b.WriteString(t.Divergent.String())
+		if t.Resume != t.Divergent {
+			b.WriteString(" resume=")
+			b.WriteString(t.Resume.String())
+		}
 		if t.Exact {
 			b.WriteString(" exact")
 		} else {

@@ -3,8 +3,8 @@ package seek
 // Breaks of the consumed lineage: reports and the policy.
 
 // diverged reports a located divergence at d and applies the policy.
-func (p *Partition) diverged(d Position, exact bool) {
-	d = normal(d)
+func (p *Partition) diverged(d, resume Position, exact bool) {
+	d, resume = normal(d), normal(resume)
 	p.narrowing = false
 	p.vpurpose = purposeNone
 	replaced := Range{From: d.Offset, To: p.pos.Offset}
@@ -15,6 +15,7 @@ func (p *Partition) diverged(d Position, exact bool) {
 		Kind:      Diverged,
 		Consumed:  p.pos,
 		Divergent: d,
+		Resume:    resume,
 		Exact:     exact,
 		Replaced:  replaced,
 		Skipped:   Range{From: p.pos.Offset, To: p.pos.Offset},
@@ -28,8 +29,8 @@ func (p *Partition) diverged(d Position, exact bool) {
 	p.acts = append(p.acts, Action{Kind: ActReport, Report: t})
 	// Move to the divergence point itself, validated by the answer just
 	// received; nothing more of the old lineage is delivered.
-	p.pos = d
-	p.lineage.truncate(d.Offset, d.Epoch, exact)
+	p.pos = resume
+	p.lineage.truncate(resume.Offset, resume.Epoch, exact)
 	p.regressAt = NoOffset
 	p.state = StateFetching
 	p.send()
@@ -47,6 +48,7 @@ func (p *Partition) broken(kind BreakKind, replaced, skipped Range) {
 		Kind:      kind,
 		Consumed:  p.pos,
 		Divergent: Position{Offset: NoOffset, Epoch: NoEpoch},
+		Resume:    Position{Offset: NoOffset, Epoch: NoEpoch},
 		Replaced:  replaced,
 		Skipped:   skipped,
 	}
@@ -81,6 +83,7 @@ func (p *Partition) brokenAt(kind BreakKind, replaced, skipped Range, logStart i
 		Kind:      kind,
 		Consumed:  p.pos,
 		Divergent: Position{Offset: NoOffset, Epoch: NoEpoch},
+		Resume:    Position{Offset: NoOffset, Epoch: NoEpoch},
 		Replaced:  replaced,
 		Skipped:   skipped,
 		Then:      ThenReset,

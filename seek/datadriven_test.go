@@ -87,10 +87,10 @@ func scriptEvent(t *testing.T, d *datadriven.TestData, p *Partition) Event {
 	case "fetch-done":
 		return FetchCompleted{Req: req}
 	case "fetch-error":
-		e := FetchFailed{Req: req, Code: codeArg(t, d), Hint: Leader{ID: NoBroker, Epoch: NoEpoch}}
+		e := FetchFailed{Req: req, Code: codeArg(t, d)}
 		if s, ok := arg(d, "hint"); ok {
 			id, ep, _ := strings.Cut(s, "@")
-			e.Hint = Leader{ID: int32(atoi(t, id)), Epoch: int32(atoi(t, ep))}
+			e.Hint = &Leader{ID: int32(atoi(t, id)), Epoch: int32(atoi(t, ep))}
 		}
 		return e
 	case "diverging":

@@ -85,9 +85,12 @@
 // it finds the first replaced offset; when the lineage does not reach that
 // far the candidate is reported as a bound (Kafka's precision). A -1/-1
 // answer is its own outcome, Unlocated: the leader cannot say, so no offset
-// is invented. The position a rewind moves to carries the epoch of the
-// leader's record before it only when that is known; a wrong one would make
-// the next validation report a divergence that is not there.
+// is invented. The report's divergent position is Kafka's (the end offset
+// and the leader's epoch that ends there); the position a rewind moves to
+// (Truncation.Resume) carries the epoch of the leader's record before it
+// only when that is certain, since a leader may echo an epoch it no longer
+// has, and a wrong epoch would make a later validation report a divergence
+// that is not there.
 //
 // # Breaks and policy
 //
@@ -105,7 +108,7 @@
 // topic always restarts at its earliest offset, its divergence point).
 // PolicyNone halts with the report until the application seeks; seeking to
 // the reported consumed offset continues without validating the diverged
-// epoch again (KIP-320), seeking with AtEpoch to the divergent position
+// epoch again (KIP-320), seeking with AtEpoch to Truncation.Resume
 // continues in the new lineage.
 //
 // SeekToNearest (Start NearestTo) is resolved by Nearest: keep the offset if

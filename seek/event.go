@@ -78,12 +78,13 @@ type FetchCompleted struct {
 
 // FetchFailed is a partition error in the Fetch answer Req. Hint is the
 // KIP-951 CurrentLeader of the answer (Fetch v16+, on NOT_LEADER_OR_FOLLOWER
-// and FENCED_LEADER_EPOCH), or {NoBroker, NoEpoch}; it is used only if it
-// names a broker and a strictly newer epoch.
+// and FENCED_LEADER_EPOCH), nil if the answer had none (kmsg's -1/-1); it is
+// used only if it names a broker and a strictly newer epoch. (A pointer, so
+// that a zero FetchFailed does not name broker 0 in epoch 0.)
 type FetchFailed struct {
 	Req  RequestID
 	Code Code
-	Hint Leader
+	Hint *Leader
 }
 
 // DivergingEpoch is a Fetch v12+ answer Req whose partition carried a

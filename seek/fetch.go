@@ -30,7 +30,7 @@ func (p *Partition) onFetchFailed(e FetchFailed) {
 		return
 	}
 	p.inflight, p.infKind = 0, 0
-	if h := e.Hint; h.ID >= 0 && h.Epoch > p.leader.Epoch {
+	if h := e.Hint; h != nil && h.ID >= 0 && h.Epoch > p.leader.Epoch {
 		// KIP-951: the answer names a newer leader; no need to wait for
 		// metadata.
 		p.onLeader(LeaderChanged{Leader: h.ID, Epoch: h.Epoch})

@@ -39,8 +39,10 @@ import (
 //     precise (every delivered record before Divergent is still there):
 //     Divergent is the model's first replaced offset; after it, no replaced
 //     record remains in the view, so each truncation is reported once;
-//   - no other kind of break happens in a log without retention or
-//     recreation, except past-log-end for an epoch-less position;
+//   - a below-log-start break names exactly the offsets retention removed
+//     before they were read (the model deletes records all replicas
+//     agree on); no other kind of break happens without topic recreation,
+//     except past-log-end for an epoch-less position;
 //   - at the end, with faults stopped, the consumer catches up to the log
 //     end with nothing unreported (liveness).
 //
@@ -85,6 +87,8 @@ func TestModel(t *testing.T) {
 		t.Errorf("only %d restarts", total.restarts)
 	case total.halts < 10:
 		t.Errorf("only %d halts", total.halts)
+	case total.belowStart < 5:
+		t.Errorf("only %d below-log-start breaks", total.belowStart)
 	}
 }
 
@@ -94,6 +98,7 @@ type modelStats struct {
 	cleanElections, uncleanElections int
 	diverging, stale, restarts       int
 	halts, pastEnd, underReported    int
+	deletions, belowStart            int
 }
 
 func (s *modelStats) add(o modelStats) {
@@ -110,6 +115,8 @@ func (s *modelStats) add(o modelStats) {
 	s.halts += o.halts
 	s.pastEnd += o.pastEnd
 	s.underReported += o.underReported
+	s.deletions += o.deletions
+	s.belowStart += o.belowStart
 }
 
 // rec is one record: its leader epoch and an identity unique in the run
@@ -124,8 +131,9 @@ type rec struct {
 // epoch cache (epoch → start offset), maintained as Kafka's
 // LeaderEpochFileCache is.
 type replica struct {
-	log   []rec
-	cache []EpochStart
+	log      []rec // indexed by offset; below logStart deleted
+	logStart int64
+	cache    []EpochStart
 }
 
 func (r *replica) leo() int64 { return int64(len(r.log)) }
@@ -151,6 +159,23 @@ func (r *replica) append(x rec) {
 func (r *replica) truncate(n int64) {
 	r.log = r.log[:n]
 	r.cache = slices.DeleteFunc(r.cache, func(e EpochStart) bool { return e.Start >= n })
+}
+
+// deleteBefore advances the log start (retention, DeleteRecords) and
+// truncates the epoch cache from the start as Kafka does: the entry that
+// covers the new start survives, starting there.
+func (r *replica) deleteBefore(start int64) {
+	r.logStart = start
+	keep := 0
+	for i, e := range r.cache {
+		if e.Start <= start {
+			keep = i
+		}
+	}
+	r.cache = r.cache[keep:]
+	if len(r.cache) > 0 && r.cache[0].Start < start {
+		r.cache[0].Start = start
+	}
 }
 
 // endOffsetFor is LeaderEpochFileCache.endOffsetFor (protocol.md §2.2).
@@ -206,6 +231,7 @@ type harness struct {
 	viewLow  int64
 	viewNext int64
 	seen     map[uint64]int64 // delivered record id → offset
+	goneIDs  map[uint64]bool  // delivered records replaced, then deleted
 	trace    []string
 
 	stats modelStats
@@ -213,11 +239,12 @@ type harness struct {
 
 func newHarness(t *testing.T, seed uint64) *harness {
 	h := &harness{
-		t:    t,
-		seed: seed,
-		rng:  rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15)),
-		v12:  seed%2 == 0,
-		seen: map[uint64]int64{},
+		t:       t,
+		seed:    seed,
+		rng:     rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15)),
+		v12:     seed%2 == 0,
+		seen:    map[uint64]int64{},
+		goneIDs: map[uint64]bool{},
 	}
 	h.legacy = seed%4 == 0
 	h.noFence = seed%4 == 2
@@ -256,7 +283,7 @@ func (h *harness) logString(r *replica) string {
 			last = x.epoch
 		}
 	}
-	fmt.Fprintf(&b, " leo=%d cache=%v", r.leo(), r.cache)
+	fmt.Fprintf(&b, " start=%d leo=%d cache=%v", r.logStart, r.leo(), r.cache)
 	return b.String()
 }
 
@@ -285,6 +312,9 @@ func (h *harness) run(steps int) {
 		switch r := h.rng.IntN(100); {
 		case r < 30:
 			h.answer()
+			if h.rng.IntN(60) == 0 {
+				h.deleteRecords()
+			}
 		case r < 45:
 			h.appendBatch()
 		case r < 55:
@@ -388,6 +418,43 @@ func (h *harness) elect(clean bool) {
 	h.tracef("elect clean=%v leader=%d epoch=%d log%s", clean, h.lead+1, h.epoch, h.logString(h.leader()))
 }
 
+// deleteRecords advances the log start of every replica, within what all
+// replicas agree on (only committed data is deleted).
+func (h *harness) deleteRecords() {
+	agreed := h.reps[0].leo()
+	for _, r := range h.reps[1:] {
+		k := int64(0)
+		for k < agreed && k < r.leo() && h.reps[0].log[k].id == r.log[k].id {
+			k++
+		}
+		agreed = k
+	}
+	// Retention could also erase the evidence of a replacement the
+	// consumer has not been told of yet (the leader would then echo the
+	// gone epoch at its log start and nobody could tell); the model does
+	// not delete past such a record, so every replacement stays
+	// detectable.
+	if g := h.firstGone(); g >= 0 && g < agreed {
+		agreed = g
+	}
+	ls := h.reps[0].logStart
+	if agreed <= ls {
+		return
+	}
+	ls += 1 + h.rng.Int64N(agreed-ls)
+	// What was already replaced stays replaced once deleted.
+	for o := max(h.viewLow, h.leader().logStart); o < min(ls, h.viewNext); o++ {
+		if h.gone(o) {
+			h.goneIDs[h.view[o-h.viewLow].id] = true
+		}
+	}
+	for _, r := range h.reps {
+		r.deleteBefore(ls)
+	}
+	h.stats.deletions++
+	h.tracef("delete records before %d", ls)
+}
+
 func (h *harness) metadata() {
 	h.meta = false
 	h.step(h.leaderChanged(Leader{ID: int32(h.lead + 1), Epoch: h.epoch}))
@@ -450,10 +517,10 @@ func (h *harness) answerAt(i int) {
 		switch l.Spec {
 		case ListEarliest:
 			e := NoEpoch
-			if ld.leo() > 0 {
-				e = ld.log[0].epoch
+			if ld.leo() > ld.logStart {
+				e = ld.log[ld.logStart].epoch
 			}
-			h.step(ListedOffset{Req: l.Req, Offset: 0, Epoch: e})
+			h.step(ListedOffset{Req: l.Req, Offset: ld.logStart, Epoch: e})
 		default:
 			h.step(ListedOffset{Req: l.Req, Offset: ld.leo(), Epoch: h.epoch})
 		}
@@ -496,9 +563,9 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 		cle = NoEpoch
 	}
 	if code := h.fence(f.Leader, cle, lost); code != CodeNone {
-		hint := Leader{ID: NoBroker, Epoch: NoEpoch}
+		var hint *Leader
 		if code != CodeNetworkException && !h.legacy && h.rng.IntN(2) == 0 {
-			hint = Leader{ID: int32(h.lead + 1), Epoch: h.epoch}
+			hint = &Leader{ID: int32(h.lead + 1), Epoch: h.epoch}
 		}
 		h.step(FetchFailed{Req: f.Req, Code: code, Hint: hint})
 		return
@@ -506,7 +573,7 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 	l := h.leader()
 	if h.v12 && f.LastFetchedEpoch >= 0 {
 		eo := l.endOffsetFor(f.LastFetchedEpoch)
-		if eo.Undefined() {
+		if eo.Undefined() || f.Offset < l.logStart {
 			h.step(FetchFailed{Req: f.Req, Code: CodeOffsetOutOfRange})
 			return
 		}
@@ -518,7 +585,7 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 			return
 		}
 	}
-	if f.Offset < 0 || f.Offset > l.leo() {
+	if f.Offset < l.logStart || f.Offset > l.leo() {
 		h.step(FetchFailed{Req: f.Req, Code: CodeOffsetOutOfRange})
 		return
 	}
@@ -630,6 +697,9 @@ func (h *harness) claimView(p Position, forgetSeen bool) {
 		return
 	}
 	l := h.leader()
+	if p.Offset-1 < l.logStart && p.Offset <= l.leo() {
+		return // the record is deleted: nothing to check, nothing to lose
+	}
 	if p.Offset > l.leo() || l.log[p.Offset-1].epoch != p.Epoch {
 		h.fail("position %v claims an epoch the leader's record before it does not have", p)
 	}
@@ -657,9 +727,13 @@ func (h *harness) resetView(at int64, forgetSeen bool) {
 }
 
 // gone reports whether the delivered record at offset o is no longer in the
-// leader's log.
+// leader's log: replaced or truncated. Below the log start it is what it
+// was when retention deleted it (every replica agreed on it then).
 func (h *harness) gone(o int64) bool {
 	l := h.leader()
+	if o < l.logStart {
+		return h.goneIDs[h.view[o-h.viewLow].id]
+	}
 	return o >= l.leo() || l.log[o].id != h.view[o-h.viewLow].id
 }
 
@@ -679,17 +753,24 @@ func (h *harness) checkReport(t Truncation, before Position) {
 	switch t.Kind {
 	case Diverged:
 		d := t.Divergent.Offset
-		if h.firstGone() < 0 {
+		if t.Resume.Offset != d || t.Then == ThenRewind && h.p.pos != t.Resume {
+			h.fail("report %v: resume %v, position %v", t, t.Resume, h.p.pos)
+		}
+		if h.firstGone() < 0 && d >= h.leader().logStart {
+			// (A divergence below the log start is about records
+			// retention deleted: neither side can check it.)
 			h.fail("report %v but every delivered record is still in the leader's log", t)
 		}
-		for o := max(d, h.viewLow); o < h.viewNext; o++ {
+		// Records deleted by retention cannot be checked either way.
+		ls := h.leader().logStart
+		for o := max(d, h.viewLow, ls); o < h.viewNext; o++ {
 			if !h.gone(o) {
 				h.fail("report %v: delivered record %d is still in the leader's log", t, o)
 			}
 		}
 		if t.Exact {
 			h.stats.exact++
-			for o := h.viewLow; o < min(d, h.viewNext); o++ {
+			for o := max(h.viewLow, ls); o < min(d, h.viewNext); o++ {
 				if h.gone(o) {
 					h.fail("exact report %v: delivered record %d, before it, is gone too", t, o)
 				}
@@ -707,11 +788,11 @@ func (h *harness) checkReport(t Truncation, before Position) {
 		// current log, after a report that said it was gone.
 		h.forgetFrom(d)
 		switch {
-		case d <= h.viewLow || !t.Divergent.HasEpoch():
+		case d <= h.viewLow || !t.Resume.HasEpoch():
 			// Nothing left, or nothing the consumer can vouch for: a
 			// position without an epoch is not validated (it gets one
 			// from the next batch), so the view restarts there.
-			h.claimView(t.Divergent, false)
+			h.claimView(t.Resume, false)
 		default:
 			h.view = h.view[:d-h.viewLow]
 			h.viewNext = d
@@ -721,13 +802,23 @@ func (h *harness) checkReport(t Truncation, before Position) {
 				// (not exact). They count as reported.
 				h.stats.underReported++
 				h.forgetFrom(g)
-				h.claimView(t.Divergent, false)
-			} else if e := t.Divergent.Epoch; e >= 0 && h.view[d-1-h.viewLow].epoch != e {
+				h.claimView(t.Resume, false)
+			} else if e := t.Resume.Epoch; e >= 0 && d-1 >= ls && h.view[d-1-h.viewLow].epoch != e {
 				h.fail("report %v: the record before the divergence has epoch %d", t, h.view[d-1-h.viewLow].epoch)
 			}
 		}
 		if t.Then == ThenHalt {
 			h.seekAfterHalt(t)
+		}
+	case BelowLogStart:
+		ls := h.leader().logStart
+		if t.Consumed.Offset >= ls || t.Skipped != (Range{From: t.Consumed.Offset, To: ls}) {
+			h.fail("report %v with the log starting at %d", t, ls)
+		}
+		h.stats.belowStart++
+		h.resetView(t.Consumed.Offset, true)
+		if t.Then == ThenHalt {
+			h.todo = append(h.todo, Seek{Start: Earliest()})
 		}
 	case PastLogEnd:
 		if before.HasEpoch() {
@@ -752,5 +843,5 @@ func (h *harness) seekAfterHalt(t Truncation) {
 		h.todo = append(h.todo, Seek{Start: At(t.Consumed.Offset)})
 		return
 	}
-	h.todo = append(h.todo, Seek{Start: AtEpoch(t.Divergent.Offset, t.Divergent.Epoch)})
+	h.todo = append(h.todo, Seek{Start: AtEpoch(t.Resume.Offset, t.Resume.Epoch)})
 }

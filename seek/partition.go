@@ -126,8 +126,9 @@ type Partition struct {
 	vpurpose purpose
 	check    Position // the position being validated
 	// Narrowing a divergence over several OffsetForLeaderEpoch answers.
-	narrowing bool
-	cand      Position
+	narrowing  bool
+	cand       Position
+	candResume Position
 
 	lpurpose  purpose
 	listSpec  ListSpec

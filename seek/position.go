@@ -68,7 +68,7 @@ func (p *Partition) raiseSeen(e int32) {
 // or a broker without OffsetForLeaderEpoch v3).
 func (p *Partition) skipValidation() {
 	if p.narrowing {
-		p.diverged(p.cand, false)
+		p.diverged(p.cand, p.candResume, false)
 		return
 	}
 	if p.vpurpose == purposeRange {

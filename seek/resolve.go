@@ -57,7 +57,8 @@ const (
 
 type verdict struct {
 	out     outcome
-	at      Position // divergence candidate (offset, leader's epoch there)
+	at      Position // divergence candidate, as reported
+	resume  Position // the position a rewind to it takes
 	recheck Position // outRecheck: (at.Offset, our epoch of record at.Offset-1)
 }
 
@@ -108,27 +109,39 @@ func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 			return verdict{out: outConsistent}
 		}
 	}
-	// The position a rewind to d takes. Its epoch must be that of the
-	// leader's record d-1: answer.Epoch if d is where that epoch ends (the
-	// epoch's range there is not empty), our epoch of record d-1 if the
-	// two logs agree there (below); otherwise it is not known, and a
-	// wrong claim would make a later validation report a divergence that
-	// is not there.
+	// The report names d with the leader's epoch that ends there when d
+	// is the end the leader answered (Kafka's divergent offset and epoch),
+	// or with our epoch of record d-1 when the two logs agree there.
+	//
+	// The position a rewind to d takes (resume) must carry the epoch of the
+	// leader's record d-1, or none: a wrong claim would make a later
+	// validation report a divergence that is not there. The answered epoch
+	// is certain only when it is below the one asked about (then it is a
+	// cache entry followed by another, so its range is not empty). An
+	// answer with the epoch asked about may be an echo: a leader whose
+	// retained log starts after that epoch echoes it with its log start
+	// (LeaderEpochFileCache.endOffsetFor), and the record before is gone or
+	// in another epoch.
 	at := Position{Offset: d, Epoch: NoEpoch}
+	resume := at
 	if d == answer.EndOffset {
 		at.Epoch = answer.Epoch
+		if answer.Epoch < r {
+			resume.Epoch = answer.Epoch
+		}
 	}
 	if from, ok := l.consumedFrom(); d <= 0 || ok && d <= from {
 		// Nothing was consumed below d in this lineage: every consumed
 		// record is gone, and d is where the leader's log departs.
-		return verdict{out: outExact, at: at}
+		return verdict{out: outExact, at: at, resume: resume}
 	}
 	ours, known := l.epochAt(d - 1)
 	switch {
 	case !known || ours > answer.Epoch:
-		return verdict{out: outBound, at: at}
+		return verdict{out: outBound, at: at, resume: resume}
 	case ours == answer.Epoch:
-		return verdict{out: outExact, at: Position{Offset: d, Epoch: ours}}
+		agreed := Position{Offset: d, Epoch: ours}
+		return verdict{out: outExact, at: agreed, resume: agreed}
 	}
-	return verdict{out: outRecheck, at: at, recheck: Position{Offset: d, Epoch: ours}}
+	return verdict{out: outRecheck, at: at, resume: resume, recheck: Position{Offset: d, Epoch: ours}}
 }

@@ -42,31 +42,42 @@ func lineageOf(claim Position, steps ...EpochStart) *Lineage {
 
 func TestCompare(t *testing.T) {
 	noClaim := Position{Offset: 0, Epoch: NoEpoch}
+	x := Position{}
 	for _, c := range []struct {
-		name    string
-		check   Position
-		answer  EpochEnd
-		lineage *Lineage
-		out     outcome
-		at      Position
-		recheck Position
+		name       string
+		check      Position
+		answer     EpochEnd
+		lineage    *Lineage
+		out        outcome
+		at, resume Position
+		recheck    Position
 	}{
-		{"same epoch, end after", Position{100, 5}, EpochEnd{5, 120}, lineageOf(Position{100, 5}), outConsistent, Position{}, Position{}},
-		{"same epoch, end at position", Position{100, 5}, EpochEnd{5, 100}, lineageOf(Position{100, 5}), outConsistent, Position{}, Position{}},
-		{"undefined", Position{100, 5}, EpochEnd{NoEpoch, NoOffset}, lineageOf(Position{100, 5}), outUndefined, Position{}, Position{}},
-		{"same epoch, end before, no lineage: Kafka's bound", Position{100, 5}, EpochEnd{5, 90}, lineageOf(Position{100, 5}), outBound, Position{90, 5}, Position{}},
-		{"same epoch, end before, lineage agrees", Position{100, 5}, EpochEnd{5, 90}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{90, 5}, Position{}},
-		{"same epoch, end before, our record below is older: recheck", Position{100, 5}, EpochEnd{5, 40}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outRecheck, Position{40, 5}, Position{40, 4}},
-		{"leader lacks our epoch, end beyond: lineage locates", Position{100, 5}, EpochEnd{4, 130}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{50, 4}, Position{}},
-		{"leader lacks our epoch, no lineage: the last record", Position{100, 5}, EpochEnd{4, 130}, lineageOf(Position{100, 5}), outBound, Position{99, NoEpoch}, Position{}},
-		{"leader lacks our epoch, end before our epoch began", Position{100, 5}, EpochEnd{4, 30}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}), outExact, Position{30, 4}, Position{}},
-		{"below everything consumed", Position{100, 5}, EpochEnd{3, 20}, lineageOf(noClaim, EpochStart{5, 60}), outExact, Position{20, 3}, Position{}},
-		{"down to offset 0", Position{100, 5}, EpochEnd{5, 0}, lineageOf(Position{100, 5}), outExact, Position{0, 5}, Position{}},
-		{"nothing consumed", Position{0, 5}, EpochEnd{3, 0}, lineageOf(noClaim), outConsistent, Position{}, Position{}},
+		{"same epoch, end after", Position{100, 5}, EpochEnd{5, 120}, lineageOf(Position{100, 5}), outConsistent, x, x, x},
+		{"same epoch, end at position", Position{100, 5}, EpochEnd{5, 100}, lineageOf(Position{100, 5}), outConsistent, x, x, x},
+		{"undefined", Position{100, 5}, EpochEnd{NoEpoch, NoOffset}, lineageOf(Position{100, 5}), outUndefined, x, x, x},
+		{"same epoch, end before, no lineage: Kafka's bound, maybe an echo", Position{100, 5}, EpochEnd{5, 90}, lineageOf(Position{100, 5}),
+			outBound, Position{90, 5}, Position{90, NoEpoch}, x},
+		{"same epoch, end before, lineage agrees", Position{100, 5}, EpochEnd{5, 90}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}),
+			outExact, Position{90, 5}, Position{90, 5}, x},
+		{"same epoch, end before, our record below is older: recheck", Position{100, 5}, EpochEnd{5, 40}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}),
+			outRecheck, Position{40, 5}, Position{40, NoEpoch}, Position{40, 4}},
+		{"leader lacks our epoch, end beyond: lineage locates", Position{100, 5}, EpochEnd{4, 130}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}),
+			outExact, Position{50, 4}, Position{50, 4}, x},
+		{"leader lacks our epoch, no lineage: the last record", Position{100, 5}, EpochEnd{4, 130}, lineageOf(Position{100, 5}),
+			outBound, Position{99, NoEpoch}, Position{99, NoEpoch}, x},
+		{"leader lacks our epoch, ends before: its range is not empty", Position{100, 5}, EpochEnd{4, 60}, lineageOf(Position{100, 5}),
+			outBound, Position{60, 4}, Position{60, 4}, x},
+		{"leader lacks our epoch, end before our epoch began", Position{100, 5}, EpochEnd{4, 30}, lineageOf(noClaim, EpochStart{4, 0}, EpochStart{5, 50}),
+			outExact, Position{30, 4}, Position{30, 4}, x},
+		{"below everything consumed", Position{100, 5}, EpochEnd{3, 20}, lineageOf(noClaim, EpochStart{5, 60}),
+			outExact, Position{20, 3}, Position{20, 3}, x},
+		{"down to offset 0", Position{100, 5}, EpochEnd{5, 0}, lineageOf(Position{100, 5}), outExact, Position{0, 5}, Position{0, NoEpoch}, x},
+		{"nothing consumed", Position{0, 5}, EpochEnd{3, 0}, lineageOf(noClaim), outConsistent, x, x, x},
 	} {
 		v := compare(c.check, c.answer, c.lineage)
-		if v.out != c.out || (c.out != outConsistent && c.out != outUndefined && v.at != c.at) || v.recheck != c.recheck {
-			t.Errorf("%s: compare(%v, %v, %v) = %+v; want out %d at %v recheck %v", c.name, c.check, c.answer, c.lineage, v, c.out, c.at, c.recheck)
+		if v.out != c.out || v.at != c.at || v.resume != c.resume || v.recheck != c.recheck {
+			t.Errorf("%s: compare(%v, %v, %v) = %+v; want out %d at %v resume %v recheck %v",
+				c.name, c.check, c.answer, c.lineage, v, c.out, c.at, c.resume, c.recheck)
 		}
 	}
 }

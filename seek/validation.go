@@ -44,23 +44,24 @@ func (p *Partition) resolve(ans EpochEnd) {
 			// The leader has our record just below the candidate, in
 			// the epoch just checked: the candidate is the first
 			// divergent offset, and that epoch is the position's.
-			p.diverged(Position{Offset: p.cand.Offset, Epoch: p.check.Epoch}, true)
+			agreed := Position{Offset: p.cand.Offset, Epoch: p.check.Epoch}
+			p.diverged(agreed, agreed, true)
 			return
 		}
 		p.validated()
 	case outUndefined:
 		if p.narrowing {
-			p.diverged(p.cand, false)
+			p.diverged(p.cand, p.candResume, false)
 			return
 		}
 		p.broken(Unlocated, Range{From: NoOffset, To: p.pos.Offset}, Range{})
 	case outExact:
-		p.diverged(v.at, true)
+		p.diverged(v.at, v.resume, true)
 	case outBound:
-		p.diverged(v.at, false)
+		p.diverged(v.at, v.resume, false)
 	case outRecheck:
 		p.narrowing = true
-		p.cand = v.at
+		p.cand, p.candResume = v.at, v.resume
 		p.check = v.recheck
 		p.send()
 	}
