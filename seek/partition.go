@@ -176,10 +176,12 @@ func (p *Partition) State() State { return p.state }
 
 // Position returns the consumed position, the one to commit: the next
 // offset and the epoch of the last consumed record. ok is false when there
-// is no position (initializing, or awaiting a reset).
+// is no position (initializing, or awaiting a start or reset; an
+// OFFSET_OUT_OF_RANGE being classified keeps its position).
 func (p *Partition) Position() (pos Position, ok bool) {
-	switch p.state {
-	case StateInitializing, StateAwaitingReset:
+	switch {
+	case p.state == StateInitializing,
+		p.state == StateAwaitingReset && p.lpurpose != purposeClassify:
 		return Position{Offset: NoOffset, Epoch: NoEpoch}, false
 	}
 	return p.pos, true
