@@ -27,7 +27,7 @@
 //			case seek.ActResolved:        // tell the application where SeekToNearest went
 //			}
 //		}
-//		ev := <-answers                   // BatchFetched… FetchCompleted, FetchFailed,
+//		ev := next()                      // BatchFetched… FetchCompleted, FetchFailed,
 //		acts = p.Step(ev)                 // DivergingEpoch, EpochEndOffset, ListedOffset,
 //	}                                     // LeaderChanged, Seek, Tick, …
 //

@@ -170,6 +170,7 @@ type Start struct {
 
 // At starts at offset without an epoch: the position is not validated
 // (Kafka's seek(tp, offset)). Use it to continue past a reported truncation.
+// A negative offset means the log start.
 func At(offset int64) Start { return Start{Kind: StartAt, Offset: offset, Epoch: NoEpoch} }
 
 // AtEpoch starts at offset, claiming that the record before it was read in
