@@ -82,6 +82,7 @@ type Compressor struct {
 // appendWriter is an io.Writer appending to b.
 type appendWriter struct{ b []byte }
 
+// Write appends p.
 func (w *appendWriter) Write(p []byte) (int, error) {
 	w.b = append(w.b, p...)
 	return len(p), nil
