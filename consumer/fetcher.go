@@ -186,7 +186,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			code = seek.Code(ke.Code)
 		}
 		for _, in := range parts {
-			f.failLocked(in, code, seek.Leader{ID: seek.NoBroker, Epoch: seek.NoEpoch})
+			f.failLocked(in, code, nil)
 		}
 		return
 	}
@@ -233,7 +233,10 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		p.fetch = nil
 	}
 	if rp.ErrorCode != 0 {
-		hint := seek.Leader{ID: rp.CurrentLeader.LeaderID, Epoch: rp.CurrentLeader.LeaderEpoch}
+		var hint *seek.Leader
+		if rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
+			hint = &seek.Leader{ID: rp.CurrentLeader.LeaderID, Epoch: rp.CurrentLeader.LeaderEpoch}
+		}
 		f.failLocked(in, seek.Code(rp.ErrorCode), hint)
 		return
 	}
@@ -252,7 +255,7 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 	c.signalLocked()
 }
 
-func (f *fetcher) failLocked(in inflight, code seek.Code, hint seek.Leader) {
+func (f *fetcher) failLocked(in inflight, code seek.Code, hint *seek.Leader) {
 	p := in.p
 	if f.c.parts[p.tp] != p {
 		return
@@ -260,7 +263,7 @@ func (f *fetcher) failLocked(in inflight, code seek.Code, hint seek.Leader) {
 	if p.fetch != nil && p.fetch.Req == in.req {
 		p.fetch = nil
 	}
-	if hint.ID >= 0 && hint.Epoch >= 0 {
+	if hint != nil {
 		f.c.meta.ApplyHint(p.tp.Topic, p.tp.Partition, hint.ID, hint.Epoch)
 	}
 	f.c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: code, Hint: hint})

@@ -219,9 +219,13 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches) {
 	}
 	if err := it.Err(); err != nil {
 		pos, _ := p.m.Position()
-		c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		n := len(c.errs)
+		c.stepLocked(p, seek.FetchFailed{Req: b.req, Code: seek.CodeCorruptMessage})
+		// The machine halts the partition, and ActHalt reported a bare
+		// CORRUPT_MESSAGE: report the decode error, which names the
+		// batch, in its place (one error per corrupt batch).
+		c.errs = append(c.errs[:n], &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
 			Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: err})
-		c.stepLocked(p, seek.FetchFailed{Req: b.req, Code: seek.CodeCorruptMessage, Hint: seek.Leader{ID: seek.NoBroker, Epoch: seek.NoEpoch}})
 		return
 	}
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
