@@ -107,7 +107,7 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 		p.fetch = nil
 		ev := TruncationEvent{
 			Topic: p.tp.Topic, Partition: p.tp.Partition, Kind: a.Report.Kind,
-			Consumed: a.Report.Consumed, Divergent: a.Report.Divergent, Exact: a.Report.Exact,
+			Consumed: a.Report.Consumed, Divergent: a.Report.Divergent, Resume: a.Report.Resume, Exact: a.Report.Exact,
 			Replaced: a.Report.Replaced, Skipped: a.Report.Skipped, Halted: a.Report.Then == seek.ThenHalt,
 		}
 		c.events = append(c.events, ev)

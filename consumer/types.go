@@ -138,6 +138,11 @@ type TruncationEvent struct {
 	// with the leader epoch that ends there — the leader's own
 	// OffsetForLeaderEpoch answer. Offset -1 for other kinds.
 	Divergent Position
+	// Resume is, for Diverged, where reading the new lineage continues: the
+	// position a rewind moved to, or the one to seek to (SeekTo with
+	// AtEpoch) after a halt. Its offset is Divergent's; its epoch is set only
+	// when it is certain.
+	Resume Position
 	// Exact is true when Divergent is proven to be the first replaced
 	// offset; false when it is an upper bound (Kafka's own precision).
 	Exact bool
