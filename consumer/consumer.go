@@ -318,6 +318,12 @@ func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
 		if p := c.parts[tp]; p != nil && p.paused != paused {
 			p.paused = paused
 			c.stepLocked(p, seek.Paused{Paused: paused})
+			if !paused && p.fetch != nil && !p.sent {
+				// A fetch the machine asked for before the pause was
+				// withheld, and the machine does not ask again: its
+				// fetch loop must look at it now.
+				c.fetcherLocked(p.fetch.Leader).wakeUp()
+			}
 		}
 	}
 	c.signalLocked()
