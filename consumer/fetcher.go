@@ -18,7 +18,18 @@ type fetcher struct {
 	id      int32
 	wake    chan struct{} // capacity 1
 	session *fetchSession
+	byName  bool // the session names topics (some partition has no topic ID)
 }
+
+// fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
+// most (v13 replaced names with topic IDs).
+type fetchByName struct{ *kmsg.FetchRequest }
+
+func (fetchByName) MaxVersion() int16 { return 12 }
+
+// Timeout makes kgo wait MaxWait longer for the answer, as it does for a
+// plain *kmsg.FetchRequest.
+func (r fetchByName) Timeout() int32 { return r.MaxWaitMillis }
 
 // fetcherLocked returns the fetch loop of broker id, starting it if needed.
 func (c *Consumer) fetcherLocked(id int32) *fetcher {
@@ -90,12 +101,6 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		if p.fetch == nil || p.sent || p.fetch.Leader != f.id || p.paused || p.buf != nil {
 			continue
 		}
-		if p.topicID == ([16]byte{}) {
-			// Without the topic ID a Fetch v13+ cannot name the topic;
-			// wait for metadata.
-			c.meta.Trigger(refreshReason(seek.RefreshTopicID))
-			continue
-		}
 		p.sent = true
 		parts[tp] = inflight{p: p, req: p.fetch.Req}
 		want[tp] = fetchParams{
@@ -109,6 +114,17 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		// open a new broker session on every request of a broker whose
 		// partitions are all buffered, leaking the old ones.)
 		return nil, nil, plan{}, nil
+	}
+	// A partition without a topic ID (a broker before Kafka 2.8 has none)
+	// is fetched by name, in a request capped at v12; a session is used
+	// either with topic IDs or without them, never both.
+	byName := false
+	for _, w := range want {
+		byName = byName || w.topicID == ([16]byte{})
+	}
+	if byName != f.byName {
+		f.session.reset()
+		f.byName = byName
 	}
 	pl := f.session.plan(want)
 	req := kmsg.NewPtrFetchRequest()
@@ -160,7 +176,16 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight, pl plan, want map[TopicPartition]fetchParams) {
 	c := f.c
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout+c.cfg.maxWait)
-	resp, err := req.RequestWith(ctx, c.cl.Broker(int(f.id)))
+	var resp *kmsg.FetchResponse
+	var err error
+	if f.byName {
+		var kr kmsg.Response
+		if kr, err = c.cl.Broker(int(f.id)).Request(ctx, fetchByName{req}); err == nil {
+			resp = kr.(*kmsg.FetchResponse)
+		}
+	} else {
+		resp, err = req.RequestWith(ctx, c.cl.Broker(int(f.id)))
+	}
 	cancel()
 
 	c.mu.Lock()
