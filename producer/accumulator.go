@@ -111,6 +111,7 @@ func (p *Producer) encode(b *pbatch) error {
 	if p.seq != nil {
 		// Placeholder identity, stamped for real at each send.
 		spec.ProducerID, spec.ProducerEpoch, spec.BaseSequence = 0, 0, 0
+		spec.Transactional = p.txn != nil
 	}
 	p.builder.Reset(spec)
 	for _, pr := range b.recs {

@@ -220,7 +220,11 @@ func (p *Producer) expireLoop() {
 			p.mu.Lock()
 			var cbs []func()
 			if p.seq != nil {
-				cbs = p.applyLocked(p.seq.Expire(now), cbs)
+				d := p.seq.Expire(now)
+				cbs = p.applyLocked(d, cbs)
+				if p.txn != nil && !d.Empty() {
+					cbs = append(cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+				}
 			}
 			for _, ps := range p.parts {
 				// Batches never sent: certainly not written.

@@ -142,7 +142,8 @@ func RequiredAcks(a Acks) Opt { return optFunc(func(c *cfg) { c.acks = a }) }
 // other than AcksAll.
 func DisableIdempotence() Opt { return optFunc(func(c *cfg) { c.idempotent = false }) }
 
-// TransactionalID makes the producer transactional (Begin, Commit, Abort).
+// TransactionalID makes the producer transactional: InitTransactions once,
+// then BeginTransaction, produce, CommitTransaction or AbortTransaction.
 func TransactionalID(id string) Opt { return optFunc(func(c *cfg) { c.transactionalID = id }) }
 
 // TransactionTimeout is how long the coordinator lets a transaction stay

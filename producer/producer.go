@@ -94,6 +94,13 @@ type Producer struct {
 	ledgerW   chan struct{}
 	comp      *compress.Compressor
 	builder   *recbatch.Builder
+
+	// Transactional producers only.
+	txn          *TxnState
+	txnWake      chan struct{}
+	txnSend      TxnRequest // request handed to the txn loop
+	txnDone      chan error // the waiting InitTransactions/Commit/Abort
+	txnCallbacks []func()
 }
 
 // New creates a producer. An idempotent producer asks for its producer ID
@@ -138,11 +145,19 @@ func New(opts ...Opt) (*Producer, error) {
 		p.part = DefaultPartitioner()
 	}
 	if p.cfg.idempotent {
-		if p.seq, err = NewSequencer(Config{MaxInFlight: p.cfg.maxInFlight}); err != nil {
+		txnl := p.cfg.transactionalID != ""
+		if p.seq, err = NewSequencer(Config{MaxInFlight: p.cfg.maxInFlight, Transactional: txnl}); err != nil {
 			cl.Close()
 			return nil, err
 		}
-		p.needPID = true
+		if txnl {
+			if p.txn, err = NewTxnState(TxnConfig{TransactionalID: p.cfg.transactionalID, CoordinatorBumps: true}, p.seq); err != nil {
+				cl.Close()
+				return nil, err
+			}
+		} else {
+			p.needPID = true
+		}
 	}
 	p.ledger = NewAckLedger(p.cfg.ledgerRanges)
 	p.parts = map[TopicPartition]*pstate{}
@@ -153,12 +168,15 @@ func New(opts ...Opt) (*Producer, error) {
 	p.doneWake = make(chan struct{})
 	p.pidWake = make(chan struct{}, 1)
 	p.ledgerW = make(chan struct{}, 1)
+	p.txnWake = make(chan struct{}, 1)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.sub = p.meta.Subscribe()
 	p.goFn(p.metadataLoop)
 	p.goFn(p.expireLoop)
 	p.goFn(p.ledgerLoop)
-	if p.seq != nil {
+	if p.txn != nil {
+		p.goFn(p.txnLoop)
+	} else if p.seq != nil {
 		p.goFn(p.pidLoop)
 		p.pidWake <- struct{}{}
 	}
@@ -242,11 +260,22 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
 			Err: fmt.Errorf("no such partition (topic has %d)", nparts)}
 	}
-	ps := p.pstateLocked(TopicPartition{r.Topic, partition}, topicID)
+	tp := TopicPartition{r.Topic, partition}
+	var cbs []func()
+	if p.txn != nil {
+		step, err := p.txn.AddPartition(tp)
+		if err != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("producer: %w", err)
+		}
+		cbs = p.txnStepLocked(step)
+	}
+	ps := p.pstateLocked(tp, topicID)
 	p.buffered += size
 	p.records++
 	ps.add(p, &pending{rec: r, cb: cb, size: size})
 	p.mu.Unlock()
+	run(cbs)
 	return nil
 }
 

@@ -324,3 +324,77 @@ func TestMisuse(t *testing.T) {
 		t.Errorf("Produce after Close: %v", err)
 	}
 }
+
+func TestTransactionsCommitAndAbort(t *testing.T) {
+	c := newCluster(t, 2)
+	p := newProducer(t, c, producer.TransactionalID("txn-1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := p.InitTransactions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	txn := func(prefix string, n int, commit bool) {
+		t.Helper()
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			r := &producer.Record{Topic: topic, Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprintf("%s%d", prefix, i))}
+			if err := p.Produce(ctx, r, func(res producer.Result) {
+				if commit && res.Err != nil {
+					t.Errorf("%s: %v", res.Record.Value, res.Err)
+				}
+				wg.Done()
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if commit {
+			err = p.CommitTransaction(ctx)
+		} else {
+			// Flush first, so the aborted records are in the log and
+			// read_committed must filter them out.
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = p.AbortTransaction(ctx)
+		}
+		if err != nil {
+			t.Fatalf("end of transaction %s (commit %v): %v", prefix, commit, err)
+		}
+		wg.Wait()
+	}
+	txn("a", 10, true)
+	txn("b", 5, false)
+	txn("c", 3, true)
+	if err := p.Produce(ctx, &producer.Record{Topic: topic, Value: []byte("outside")}, nil); !errors.Is(err, producer.ErrTxnState) {
+		t.Fatalf("produce outside a transaction: %v", err)
+	}
+	read := func(committed bool) []string {
+		opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond)}
+		if committed {
+			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		}
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		var vs []string
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		for rctx.Err() == nil {
+			cl.PollFetches(rctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)) })
+		}
+		return vs
+	}
+	if got := read(true); len(got) != 13 {
+		t.Fatalf("read_committed sees %d records %v; want the 13 committed", len(got), got)
+	}
+	if got := read(false); len(got) != 18 {
+		t.Fatalf("read_uncommitted sees %d records; want 18", len(got))
+	}
+}

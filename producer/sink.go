@@ -175,6 +175,9 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pba
 	if len(ps.queue) == 0 {
 		return nil, 0, false
 	}
+	if p.txn != nil && p.txn.CanProduce(ps.tp) != nil {
+		return nil, 0, false // not yet added to the transaction
+	}
 	b := ps.queue[0]
 	ref, id, err := p.seq.Assign(ps.tp, int32(len(b.recs)), b.deadline)
 	if err != nil {
@@ -243,7 +246,11 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 			x.b.retryAt = time.Now().Add(p.cfg.retryBackoff)
 		}
 		if p.seq != nil {
-			cbs = p.applyLocked(p.seq.Complete(x.ref, res), cbs)
+			d := p.seq.Complete(x.ref, res)
+			cbs = p.applyLocked(d, cbs)
+			if p.txn != nil {
+				cbs = append(cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+			}
 			continue
 		}
 		cbs = s.completePlain(x, res, err, cbs)

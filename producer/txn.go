@@ -1,0 +1,286 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+)
+
+// The transactional producer: a TxnState (pure) decides, the txn loop sends
+// its coordinator requests one at a time and feeds the answers back. The
+// application calls InitTransactions once, then Begin/Commit/Abort.
+
+// InitTransactions gets the transactional producer its producer ID and
+// epoch from the transaction coordinator, fencing any earlier producer with
+// the same transactional ID. Call it once, before the first Begin.
+func (p *Producer) InitTransactions(ctx context.Context) error {
+	return p.txnOp(ctx, func() (TxnStep, error) { return p.txn.InitTransactions() })
+}
+
+// BeginTransaction opens a transaction: records produced until Commit or
+// Abort belong to it.
+func (p *Producer) BeginTransaction() error {
+	if p.txn == nil {
+		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txn.Begin()
+}
+
+// CommitTransaction sends every record of the transaction, waits for their
+// acknowledgements, and commits. If the transaction cannot commit (an
+// abortable error), the error matches ErrAbortRequired: call
+// AbortTransaction.
+func (p *Producer) CommitTransaction(ctx context.Context) error {
+	if p.txn == nil {
+		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
+	}
+	if err := p.Flush(ctx); err != nil {
+		return err
+	}
+	return p.txnOp(ctx, func() (TxnStep, error) { return p.txn.Commit() })
+}
+
+// AbortTransaction fails the transaction's records that are not sent yet
+// (with ErrTransactionAborted), waits for those on the wire, and aborts;
+// after an error that disturbed sequences it also bumps the producer epoch
+// (KIP-360), so the next transaction starts clean.
+func (p *Producer) AbortTransaction(ctx context.Context) error {
+	if p.txn == nil {
+		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
+	}
+	return p.txnOp(ctx, func() (TxnStep, error) {
+		var cbs []func()
+		for _, ps := range p.parts {
+			cbs = ps.failAll(p, ErrTransactionAborted, cbs)
+		}
+		step, err := p.txn.Abort()
+		p.txnCallbacks = append(p.txnCallbacks, cbs...)
+		return step, err
+	})
+}
+
+// txnOp runs a TxnState operation and waits for its Done step.
+func (p *Producer) txnOp(ctx context.Context, op func() (TxnStep, error)) error {
+	if p.txn == nil {
+		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
+	}
+	done := make(chan error, 1)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.ErrClosed
+	}
+	if p.txnDone != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("producer: %w: another transaction operation is in progress", ErrTxnState)
+	}
+	p.txnDone = done
+	step, err := op()
+	if err != nil {
+		p.txnDone = nil
+		cbs := p.txnCallbacks
+		p.txnCallbacks = nil
+		p.mu.Unlock()
+		run(cbs)
+		return err
+	}
+	cbs := p.txnStepLocked(step)
+	p.mu.Unlock()
+	run(cbs)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		p.mu.Lock()
+		if p.txnDone == done {
+			p.txnDone = nil
+		}
+		p.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// txnStepLocked carries out a TxnStep: its Decision, its request (handed to
+// the txn loop), its completion.
+func (p *Producer) txnStepLocked(step TxnStep) []func() {
+	cbs := p.txnCallbacks
+	p.txnCallbacks = nil
+	cbs = p.applyLocked(step.Decision, cbs)
+	if step.Send != nil {
+		p.txnSend = step.Send
+	}
+	if step.Done && p.txnDone != nil {
+		p.txnDone <- step.Err
+		p.txnDone = nil
+	}
+	p.wakeTxnLocked()
+	p.wakeSinksLocked()
+	return cbs
+}
+
+func (p *Producer) wakeTxnLocked() {
+	select {
+	case p.txnWake <- struct{}{}:
+	default:
+	}
+}
+
+// txnLoop sends the coordinator request the TxnState wants (one at a time)
+// and applies its answer.
+func (p *Producer) txnLoop() {
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.txnWake:
+		}
+		for {
+			p.mu.Lock()
+			send := p.txnSend
+			p.txnSend = nil
+			if send == nil {
+				step := p.txn.Poll()
+				if step.Send == nil {
+					cbs := p.txnStepLocked(step)
+					p.mu.Unlock()
+					run(cbs)
+					break
+				}
+				send = step.Send
+			}
+			p.mu.Unlock()
+			step, retry, err := p.sendTxn(send)
+			if retry {
+				// The coordinator did not settle it: the TxnState resends;
+				// pace the resends.
+				select {
+				case <-p.ctx.Done():
+					return
+				case <-time.After(p.cfg.retryBackoff):
+				}
+			}
+			p.mu.Lock()
+			var cbs []func()
+			if err == nil {
+				cbs = p.txnStepLocked(step)
+			} else if p.txnDone != nil {
+				p.txnDone <- err
+				p.txnDone = nil
+			}
+			p.mu.Unlock()
+			run(cbs)
+			if p.ctx.Err() != nil {
+				return
+			}
+		}
+	}
+}
+
+func (p *Producer) delivery(err error) Delivery {
+	if errors.ProduceNotApplied(err) {
+		return NotSent
+	}
+	return NoResponse
+}
+
+// sendTxn sends one coordinator request and returns the TxnState's next
+// step for its answer, and whether the request failed in a way that makes
+// the TxnState send it again.
+func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+	defer cancel()
+	var step TxnStep
+	var herr error
+	var retry bool
+	switch r := r.(type) {
+	case *InitProducerIDRequest:
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = kmsg.StringPtr(r.TransactionalID)
+		req.TransactionTimeoutMillis = int32(p.cfg.txnTimeout / time.Millisecond)
+		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
+		resp, err := req.RequestWith(ctx, p.cl)
+		res := InitProducerIDResult{Producer: NoProducerID}
+		if err != nil {
+			res.Delivery = p.delivery(err)
+		} else {
+			res.Code, res.Producer = resp.ErrorCode, ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch}
+		}
+		retry = res.Delivery != Answered || res.Code != 0
+		p.mu.Lock()
+		step, herr = p.txn.HandleInitProducerID(res)
+		p.mu.Unlock()
+	case *AddPartitionsRequest:
+		req := kmsg.NewPtrAddPartitionsToTxnRequest()
+		req.TransactionalID = r.TransactionalID
+		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
+		idx := map[string]int{}
+		for _, tp := range r.Partitions {
+			i, ok := idx[tp.Topic]
+			if !ok {
+				t := kmsg.NewAddPartitionsToTxnRequestTopic()
+				t.Topic = tp.Topic
+				req.Topics = append(req.Topics, t)
+				i = len(req.Topics) - 1
+				idx[tp.Topic] = i
+			}
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
+		}
+		resp, err := req.RequestWith(ctx, p.cl)
+		var results []AddPartitionResult
+		d := Answered
+		if err != nil {
+			d = p.delivery(err)
+		} else {
+			for _, t := range resp.Topics {
+				for _, pp := range t.Partitions {
+					results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+				}
+			}
+			for _, txn := range resp.Transactions {
+				for _, t := range txn.Topics {
+					for _, pp := range t.Partitions {
+						results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+					}
+				}
+			}
+		}
+		retry = d != Answered
+		for _, r := range results {
+			retry = retry || r.Code != 0
+		}
+		p.mu.Lock()
+		step, herr = p.txn.HandleAddPartitions(d, results)
+		p.mu.Unlock()
+	case *EndTxnRequest:
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID = r.TransactionalID
+		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
+		req.Commit = r.Commit
+		resp, err := req.RequestWith(ctx, p.cl)
+		res := EndTxnResult{Producer: NoProducerID}
+		if err != nil {
+			res.Delivery = p.delivery(err)
+		} else {
+			res.Code = resp.ErrorCode
+			if req.GetVersion() >= 5 && resp.ProducerID >= 0 {
+				res.Producer = ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch}
+			}
+		}
+		retry = res.Delivery != Answered || res.Code != 0
+		p.mu.Lock()
+		step, herr = p.txn.HandleEndTxn(res)
+		p.mu.Unlock()
+	default:
+		return TxnStep{}, false, fmt.Errorf("producer: unknown transaction request %T", r)
+	}
+	if herr != nil {
+		return TxnStep{}, false, herr
+	}
+	return step, retry, nil
+}
