@@ -115,6 +115,11 @@ func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = int16(p.cfg.acks)
 	req.TimeoutMillis = int32(p.cfg.requestTO / time.Millisecond)
+	if p.txn != nil {
+		// The broker authorizes transactional batches against the
+		// request's transactional ID.
+		req.TransactionID = kmsg.StringPtr(p.cfg.transactionalID)
+	}
 	idx := map[string]int{}
 	for _, x := range out {
 		i, ok := idx[x.ps.tp.Topic]
