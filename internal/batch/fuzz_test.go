@@ -128,7 +128,7 @@ func checkDecode(t *testing.T, data []byte, small *compress.Decompressor) {
 // be rejected with no batch yielded.
 func checkCRCFlip(t *testing.T, raw []byte) {
 	bad := bytes.Clone(raw)
-	at := offAttributes + int(crc32.ChecksumIEEE(raw))%(len(raw)-offAttributes)
+	at := offAttributes + int(crc32.ChecksumIEEE(raw)%uint32(len(raw)-offAttributes))
 	bad[at] ^= 0x5a
 	var it Iterator
 	it.Reset(bad, Options{})
