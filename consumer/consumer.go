@@ -45,11 +45,17 @@ type Consumer struct {
 	offsets  *offsetRequests
 	ready    []*part // partitions with a buffered fetch answer, in arrival order
 	buffered int     // bytes of buffered fetch answers
+	reserved int     // bytes reserved for the answers of fetches in flight
 	events   []TruncationEvent
 	errs     []error
 	wake     chan struct{} // closed and replaced when Poll has something new
 	rounds   uint64        // metadata round trips last seen by the ticker
 	dec      *compress.Decompressor
+
+	// bufferFull is set when a fetch loop waits for buffer space.
+	bufferFull bool
+	// peakBuffered is the most buffered ever was (for tests).
+	peakBuffered int
 }
 
 // New creates a consumer. It assigns nothing; call Assign.

@@ -12,3 +12,29 @@ func DebugPartition(c *Consumer, topic string, partition int32) string {
 	}
 	return fmt.Sprintf("%s fetch=%+v sent=%v buffered=%v", p.m.String(), p.fetch, p.sent, p.buf != nil)
 }
+
+// BufferedBytes returns the bytes of fetch answers buffered for Poll now,
+// and the most there ever were.
+func BufferedBytes(c *Consumer) (now, peak int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buffered, c.peakBuffered
+}
+
+// DebugConsumer describes the consumer's buffer and every partition (tests).
+func DebugConsumer(c *Consumer) string {
+	c.mu.Lock()
+	s := fmt.Sprintf("buffered=%d reserved=%d full=%v ready=%d", c.buffered, c.reserved, c.bufferFull, len(c.ready))
+	for id, f := range c.fetchers {
+		s += fmt.Sprintf("\n fetcher %d reserved=%d wake=%d", id, f.reserved, len(f.wake))
+	}
+	var tps []TopicPartition
+	for tp := range c.parts {
+		tps = append(tps, tp)
+	}
+	c.mu.Unlock()
+	for _, tp := range tps {
+		s += "\n " + tp.String() + " " + DebugPartition(c, tp.Topic, tp.Partition)
+	}
+	return s
+}

@@ -19,6 +19,9 @@ type fetcher struct {
 	wake    chan struct{} // capacity 1
 	session *fetchSession
 	byName  bool // the session names topics (some partition has no topic ID)
+	// reserved is the buffer space reserved for the answer of the fetch
+	// in flight (guarded by Consumer.mu).
+	reserved int
 }
 
 // fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
@@ -92,7 +95,21 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	c := f.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.buffered >= c.cfg.maxBuffered {
+	if c.closed {
+		return nil, nil, plan{}, nil
+	}
+	// The answers buffered plus what the fetches in flight may bring
+	// (their MaxBytes, reserved) stay within MaxBufferedBytes: each
+	// broker's fetch asks for at most its share of the buffer, or what is
+	// left of it, and waits (for Poll, or an answer) when that is too
+	// little. A broker may still answer one batch larger than MaxBytes.
+	share := c.cfg.maxBuffered / len(c.fetchers)
+	maxBytes := min(int(c.cfg.maxBytes), share)
+	if room := c.cfg.maxBuffered - c.buffered - c.reserved; room < maxBytes {
+		maxBytes = room
+	}
+	if maxBytes < min(share, int(c.cfg.partMaxBytes)) {
+		c.bufferFull = true
 		return nil, nil, plan{}, nil
 	}
 	want := map[TopicPartition]fetchParams{}
@@ -126,12 +143,14 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		f.session.reset()
 		f.byName = byName
 	}
+	f.reserved = maxBytes
+	c.reserved += maxBytes
 	pl := f.session.plan(want)
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(c.cfg.maxWait / time.Millisecond)
 	req.MinBytes = c.cfg.minBytes
-	req.MaxBytes = c.cfg.maxBytes
+	req.MaxBytes = int32(maxBytes)
 	if c.cfg.readCommitted {
 		req.IsolationLevel = 1
 	}
@@ -190,6 +209,12 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.reserved -= f.reserved
+	f.reserved = 0
+	if c.bufferFull {
+		c.bufferFull = false
+		c.wakeFetchersLocked()
+	}
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
@@ -276,6 +301,7 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 	c.dropBufferLocked(p)
 	p.buf = &fetched{req: in.req, rp: *rp, size: len(rp.RecordBatches)}
 	c.buffered += p.buf.size
+	c.peakBuffered = max(c.peakBuffered, c.buffered)
 	c.ready = append(c.ready, p)
 	c.signalLocked()
 }

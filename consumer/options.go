@@ -138,8 +138,11 @@ func FetchMaxBytes(n int32) Opt { return optFunc(func(c *cfg) { c.maxBytes = n }
 // never stalls on a big batch.
 func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partMaxBytes = n }) }
 
-// MaxBufferedBytes bounds the fetched bytes held for Poll. When reached, no
-// Fetch is sent until Poll drains (default 64 MiB).
+// MaxBufferedBytes bounds the fetched bytes held for Poll together with
+// what the fetches in flight may bring: each broker's Fetch asks for at most
+// its share of the bound (and FetchMaxBytes), and none is sent while the
+// buffer has too little room left, until Poll drains it (default 64 MiB). A
+// broker may exceed a Fetch's byte limits by one batch larger than them.
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
 // MaxPollRecords makes Poll stop taking more fetched partitions once it has
