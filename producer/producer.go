@@ -120,6 +120,7 @@ func New(opts ...Opt) (*Producer, error) {
 	case AcksNone:
 		kopts = append(kopts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
 	}
+	kopts = append(kopts, kgo.WithHooks(writeHook{p}))
 	cl, err := kgo.NewClient(append(kopts, p.cfg.transportOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("producer: transport: %w", err)

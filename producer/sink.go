@@ -2,9 +2,11 @@ package producer
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -12,14 +14,19 @@ import (
 	"github.com/kepoch/kepoch/metadata"
 )
 
-// sink is the send loop of one broker: one Produce request in flight at a
-// time, with at most one batch per partition (the broker requires it of an
-// idempotent producer), retries first. Started on demand, owned by the
-// Producer, stopped by Close.
+// sink is the send loop of one broker. It keeps up to maxRequests Produce
+// requests in flight (pipelined on one connection, answered in order), with
+// at most one batch per partition per request (the broker requires it of an
+// idempotent producer), retries first. A request is issued only after the
+// previous one was written, so none can overtake another on the connection.
+// Started on demand, owned by the Producer, stopped by Close.
 type sink struct {
 	p    *Producer
 	id   int32
 	wake chan struct{}
+
+	wmu   sync.Mutex
+	wrote chan struct{} // closed when the request being issued is written
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -47,6 +54,32 @@ func (s *sink) wakeUp() {
 	}
 }
 
+// written marks the request being issued as written (from the transport's
+// write hook, or when its answer or failure arrives).
+func (s *sink) written() {
+	s.wmu.Lock()
+	if s.wrote != nil {
+		close(s.wrote)
+		s.wrote = nil
+	}
+	s.wmu.Unlock()
+}
+
+// writeHook tells each broker's sink that its Produce request was written.
+type writeHook struct{ p *Producer }
+
+func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key != 0 {
+		return
+	}
+	h.p.mu.Lock()
+	s := h.p.sinks[meta.NodeID]
+	h.p.mu.Unlock()
+	if s != nil {
+		s.written()
+	}
+}
+
 // sent is one batch in a Produce request.
 type sent struct {
 	b   *pbatch
@@ -54,28 +87,58 @@ type sent struct {
 	ref BatchRef
 }
 
+type reply struct {
+	batches []sent
+	resp    *kmsg.ProduceResponse
+	err     error
+}
+
 func (s *sink) loop() {
 	p := s.p
+	maxRequests := p.cfg.maxInFlight
+	if p.seq == nil {
+		maxRequests = 1 // without sequences, a retry could overtake a later batch
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	replies := make(chan reply, maxRequests)
+	inflight := 0
 	for {
-		req, batches, next := s.build(time.Now())
-		if req == nil {
+		if inflight < maxRequests {
+			req, batches, next := s.build(time.Now())
+			if req != nil {
+				inflight++
+				wrote := make(chan struct{})
+				s.wmu.Lock()
+				s.wrote = wrote
+				s.wmu.Unlock()
+				p.goFn(func() {
+					ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+					resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
+					cancel()
+					s.written()
+					replies <- reply{batches, resp, err}
+				})
+				select {
+				case <-wrote:
+				case <-p.ctx.Done():
+					return
+				}
+				continue
+			}
 			if !next.IsZero() {
 				timer.Reset(time.Until(next))
 			}
-			select {
-			case <-p.ctx.Done():
-				return
-			case <-s.wake:
-			case <-timer.C:
-			}
-			continue
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
-		resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
-		cancel()
-		s.handle(batches, resp, err)
+		select {
+		case <-p.ctx.Done():
+			return
+		case r := <-replies:
+			inflight--
+			s.handle(r.batches, r.resp, r.err)
+		case <-s.wake:
+		case <-timer.C:
+		}
 	}
 }
 
