@@ -147,7 +147,7 @@ func TestAssignmentKnownBytes(t *testing.T) {
 func TestNewerVersionsReadAsLatest(t *testing.T) {
 	sub := groupSubscription{Version: 3, Topics: []string{"t"}, Generation: 7, Rack: strp("r")}
 	b := sub.encode(nil)
-	b[1] = 9                                  // version 9
+	b[1] = 9                                 // version 9
 	b = append(b, 0xde, 0xad, 0xbe, 0xef, 1) // fields version 9 added
 	dec, err := decodeSubscription(b, "m")
 	if err != nil {
