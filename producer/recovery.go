@@ -560,6 +560,9 @@ var errAbandonedSequences = fmt.Errorf("kepoch: failed batch left a sequence gap
 // KAFKA-18579).
 func (s *Sequencer) Expire(now time.Time) Decision {
 	var d Decision
+	if now.After(s.clock) {
+		s.clock = now
+	}
 	before := s.producer
 	expired := false
 	for _, p := range s.order {
@@ -581,6 +584,31 @@ func (s *Sequencer) Expire(now time.Time) Decision {
 	if expired && s.cfg.Transactional {
 		s.enterFailing(ErrDeliveryTimeout, true, false, &d)
 	}
+	if s.producer != before {
+		s.settleAll(&d)
+	}
+	return d
+}
+
+// Abandon gives up on batch ref for a reason of the I/O layer's own (it
+// cannot encode the batch, the producer is closing): the batch is reported
+// Failed with err (MaybeWritten if a request for it is on the wire or an
+// earlier attempt had no definite answer) and its sequences are resolved like
+// a refused batch's: given back at the tail, else by a bump once the
+// partition has nothing outstanding. Transactional: the transaction becomes
+// abortable.
+func (s *Sequencer) Abandon(ref BatchRef, err error) Decision {
+	var d Decision
+	b := s.batches[ref]
+	if b == nil || b.disp == abandoned || b.disp == acked {
+		return d
+	}
+	before := s.producer
+	s.fail(b, err, &d)
+	if s.cfg.Transactional {
+		s.enterFailing(err, true, false, &d)
+	}
+	s.settle(b.part, &d)
 	if s.producer != before {
 		s.settleAll(&d)
 	}

@@ -101,6 +101,12 @@ type AckedWritesLost struct {
 type CheckResult struct {
 	// Lost are the acknowledged ranges now known to be gone.
 	Lost []AckedWritesLost
+	// Unconfirmed are ranges the epoch argument puts past the end of their
+	// epoch, on an inexact epoch, that a probe could not confirm either way
+	// because they carry no producer identity (records of a
+	// non-idempotent producer). They may be lost; they are no longer
+	// tracked.
+	Unconfirmed []AckedWritesLost
 	// Unknown: the answer could not settle anything ((-1, -1), or an
 	// epoch above the one asked). The ranges stay unchecked; the next
 	// leader change asks again. Nothing is reported lost.
@@ -113,6 +119,9 @@ type CheckResult struct {
 	// was lost in a newer epoch or a range's survival cannot be derived.
 	Next *EpochQuery
 	// Probe is a fetch needed to confirm losses judged on inexact epochs.
+	// At most one probe per partition is outstanding: while one is, later
+	// results leave this nil and its ApplyProbe covers the new suspects
+	// too (continuing with a further Probe if needed).
 	Probe *Probe
 }
 
@@ -395,7 +404,12 @@ func lost(tp TopicPartition, e *ledgerEntry, cur int32) AckedWritesLost {
 	}
 }
 
+// nextProbe issues a probe for the lowest suspect range, unless one is
+// already outstanding (ApplyProbe continues from whatever it did not reach).
 func (l *AckLedger) nextProbe(tp TopicPartition, p *ledgerPart) *Probe {
+	if p.probe != nil {
+		return nil
+	}
 	for _, e := range p.entries {
 		if e.suspect {
 			l.nextID++
@@ -434,6 +448,16 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		if r.LogStartOffset > e.From {
 			e.FirstSequence = seqPlus(e.FirstSequence, r.LogStartOffset-e.From)
 			e.From = r.LogStartOffset
+		}
+		if !e.Producer.Valid() {
+			// Nothing identifies the records: only the log end can
+			// prove a loss.
+			if r.LogEndOffset >= 0 && e.From >= r.LogEndOffset {
+				res.Lost = append(res.Lost, lost(pr.TP, e, cur))
+			} else {
+				res.Unconfirmed = append(res.Unconfirmed, lost(pr.TP, e, cur))
+			}
+			continue
 		}
 		// Walk the fetched batches over the range: confirmed runs become
 		// exact ranges (split where the append epoch changes).

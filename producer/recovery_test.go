@@ -468,6 +468,7 @@ func TestOneBumpForManyPartitions(t *testing.T) {
 
 func TestSplit(t *testing.T) {
 	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
 	r1, _ := h.assign(tp0, 5)
 	r2, _ := h.assign(tp0, 1)
 	d := h.s.Complete(r1, answered(kerr.MessageTooLarge.Code))
@@ -485,12 +486,12 @@ func TestSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.resend(tp0, parts[0], id(pid, 0))
-	h.ok(parts[0], 0)
-	h.resend(tp0, parts[1], id(pid, 2))
-	h.ok(parts[1], 2)
-	h.resend(tp0, r2, id(pid, 5))
-	h.ok(r2, 5)
+	h.resend(tp0, parts[0], id(pid, 1))
+	h.ok(parts[0], 1)
+	h.resend(tp0, parts[1], id(pid, 3))
+	h.ok(parts[1], 3)
+	h.resend(tp0, r2, id(pid, 6))
+	h.ok(r2, 6)
 	if h.s.Bumps() != 0 {
 		t.Fatal("split bumped")
 	}
@@ -513,6 +514,7 @@ func TestSplit(t *testing.T) {
 // its partition gives its sequences back; no bump.
 func TestRefusedTailGivesSequencesBack(t *testing.T) {
 	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
 	r0, _ := h.assign(tp0, 2)
 	r1, _ := h.assign(tp0, 3)
 	d := h.s.Complete(r1, answered(kerr.InvalidRecord.Code))
@@ -523,8 +525,8 @@ func TestRefusedTailGivesSequencesBack(t *testing.T) {
 	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrPartitionRecovering) {
 		t.Fatalf("Assign with a refused batch pending: %v", err)
 	}
-	h.ok(r0, 0)
-	if _, got := h.assign(tp0, 1); got != id(pid, 2) || h.s.Bumps() != 0 {
+	h.ok(r0, 1)
+	if _, got := h.assign(tp0, 1); got != id(pid, 3) || h.s.Bumps() != 0 {
 		t.Fatalf("after give-back: %v, %d bumps", got, h.s.Bumps())
 	}
 }

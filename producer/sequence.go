@@ -115,7 +115,28 @@ type Config struct {
 	// MaxInFlight is the most batches one partition may have in flight,
 	// 1..MaxInFlightPerPartition; 0 means MaxInFlightPerPartition.
 	MaxInFlight int
+
+	// SoloAfterIdle: a partition that has sent nothing for this long sends
+	// its next batch alone, and pipelines again only once it is
+	// acknowledged. 0 means DefaultSoloAfterIdle; negative disables. Set it
+	// at or below the brokers' producer.id.expiration.ms (KIP-854).
+	//
+	// Why: a leader that has no state for the producer (the partition's
+	// first batch under an identity, or state expired after idling)
+	// accepts any sequence on brokers 2.5–4.4, so if the first of two
+	// pipelined batches is lost in transit or refused (too large), the
+	// second is appended anyway and the first lands after it when resent:
+	// the partition's order breaks (KAFKA-15591, fixed on the broker only
+	// in Kafka 4.5). One batch at a time until the leader holds state
+	// rules that out. A partition's first batch under each identity is
+	// always sent alone, whatever this setting.
+	SoloAfterIdle time.Duration
 }
+
+// DefaultSoloAfterIdle is the default Config.SoloAfterIdle: well below the
+// brokers' default producer.id.expiration.ms (1 day) and above typical gaps
+// between batches of a busy partition.
+const DefaultSoloAfterIdle = time.Minute
 
 // disposition is what is to become of a batch.
 type disposition uint8
@@ -179,6 +200,10 @@ type partition struct {
 	newPID bool
 	// cause is the error that started the pending rewrite.
 	cause Cause
+	// lastAssign is when the partition last assigned a batch (zero: never).
+	lastAssign time.Time
+	// solo: send one batch at a time until the next acknowledgement.
+	solo bool
 }
 
 func (p *partition) reset(id ProducerID) {
@@ -242,6 +267,7 @@ func (p *partition) popAcked(s *Sequencer) {
 			p.lastAckedSeq = b.lastSequence()
 		}
 		delete(s.batches, b.ref)
+		p.solo = false
 		i++
 	}
 	p.inflight = append(p.inflight[:0], p.inflight[i:]...)
@@ -257,12 +283,14 @@ func (p *partition) popAcked(s *Sequencer) {
 // The I/O layer drives it:
 //
 //	SetProducer(pid)                  after InitProducerId
-//	ref, id, err := Assign(tp, n, dl) when it puts a new batch of n records into a request
+//	LeaderChanged(tp)                 when metadata shows a new leader or leader epoch for tp
+//	ref, id, err := AssignAt(tp, n, now, dl) when it puts a new batch of n records into a request
 //	                                  (err: not now); stamp id into the batch header
 //	ref, id, ok := NextResend(tp)     before building a request: a retry to send first;
 //	Sent(ref)                         when that retry is written to a connection
 //	d := Complete(ref, result)        for every batch of every request, exactly once per send
-//	d := Expire(now)                  periodically, for delivery timeouts
+//	d := Expire(now)                  periodically, for delivery timeouts (it also advances the clock)
+//	d := Abandon(ref, err)            to give up on a batch it cannot send (e.g. cannot encode)
 //	Split(ref, counts)                when a Decision asks for a split
 //
 // Every step returns a Decision: acknowledgements, outcomes for the
@@ -278,6 +306,7 @@ type Sequencer struct {
 	order      []*partition // creation order, for deterministic decisions
 	batches    map[BatchRef]*batch
 	bumps      int
+	clock      time.Time // latest time given (AssignAt, Expire)
 }
 
 // NewSequencer returns a Sequencer without a producer identity; call
@@ -285,6 +314,9 @@ type Sequencer struct {
 func NewSequencer(cfg Config) (*Sequencer, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = MaxInFlightPerPartition
+	}
+	if cfg.SoloAfterIdle == 0 {
+		cfg.SoloAfterIdle = DefaultSoloAfterIdle
 	}
 	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > MaxInFlightPerPartition {
 		return nil, fmt.Errorf("kepoch: MaxInFlight %d out of range 1..%d (brokers deduplicate only the last %d batches)",
@@ -319,16 +351,31 @@ func (s *Sequencer) partition(tp TopicPartition) *partition {
 	return p
 }
 
-// Assign gives a new batch of records records for tp its identity and records
-// it as in flight and outstanding: call it when the batch is put into a
-// Produce request, and stamp the returned identity into the batch header.
-// deadline is the batch's delivery deadline (zero: none); Expire fails the
-// batch once it has passed.
+// Assign is AssignAt at the latest time the Sequencer was given (by AssignAt
+// or Expire).
+func (s *Sequencer) Assign(tp TopicPartition, records int32, deadline time.Time) (BatchRef, BatchIdentity, error) {
+	return s.AssignAt(tp, records, s.clock, deadline)
+}
+
+// AssignAt gives a new batch of records records for tp its identity and
+// records it as in flight and outstanding: call it when the batch is put into
+// a Produce request, and stamp the returned identity into the batch header.
+// now is the current time; deadline is the batch's delivery deadline (zero:
+// none), after which Expire fails it.
 //
 // Sequences are assigned at send time, not when records are buffered, so a
 // batch that never leaves the client consumes no sequence. An error means
 // "not now" (see the Err variables); the batch stays with the caller.
-func (s *Sequencer) Assign(tp TopicPartition, records int32, deadline time.Time) (BatchRef, BatchIdentity, error) {
+//
+// The in-flight limit is MaxInFlight, except that it is 1 while the
+// partition has nothing acknowledged under the current identity, and after
+// an idle period (Config.SoloAfterIdle) or a leader change (LeaderChanged)
+// until the next acknowledgement: whenever the leader may hold no state for
+// the producer.
+func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline time.Time) (BatchRef, BatchIdentity, error) {
+	if now.After(s.clock) {
+		s.clock = now
+	}
 	if records <= 0 {
 		return 0, BatchIdentity{}, fmt.Errorf("kepoch: batch of %d records", records)
 	}
@@ -356,8 +403,14 @@ func (s *Sequencer) Assign(tp TopicPartition, records int32, deadline time.Time)
 			return 0, BatchIdentity{}, ErrPartitionRecovering
 		}
 	}
-	if len(p.inflight) >= s.cfg.MaxInFlight {
+	if len(p.inflight) >= s.cfg.MaxInFlight || (len(p.inflight) > 0 && (p.solo || p.lastAckedSeq < 0)) {
 		return 0, BatchIdentity{}, ErrInFlightLimit
+	}
+	if len(p.inflight) == 0 && s.cfg.SoloAfterIdle > 0 && !p.lastAssign.IsZero() && now.Sub(p.lastAssign) >= s.cfg.SoloAfterIdle {
+		p.solo = true
+	}
+	if now.After(p.lastAssign) {
+		p.lastAssign = now
 	}
 	s.nextRef++
 	b := &batch{
@@ -374,6 +427,16 @@ func (s *Sequencer) Assign(tp TopicPartition, records int32, deadline time.Time)
 	p.inflight = append(p.inflight, b)
 	s.batches[b.ref] = b
 	return b.ref, b.id, nil
+}
+
+// LeaderChanged tells the Sequencer that tp's leader or leader epoch changed
+// (call it when metadata shows it, before sending to the new leader): tp then
+// sends one batch at a time until the new leader acknowledges one. After an
+// unclean election the new leader may hold no state for this producer and
+// accept any sequence, so pipelined batches could overtake a lost or refused
+// one.
+func (s *Sequencer) LeaderChanged(tp TopicPartition) {
+	s.partition(tp).solo = true
 }
 
 // NextResend returns the retry that tp must send before anything else, with

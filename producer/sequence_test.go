@@ -44,6 +44,16 @@ func (h *harness) assign(tp TopicPartition, n int32) (BatchRef, BatchIdentity) {
 	return ref, id
 }
 
+// warm acknowledges one batch of n records on tp at offset 0, so that tp
+// pipelines (a partition sends alone until its first acknowledgement).
+func (h *harness) warm(tp TopicPartition, n int32) {
+	h.t.Helper()
+	ref, _ := h.assign(tp, n)
+	if d := h.ok(ref, 0); len(d.Acks) != 1 {
+		h.t.Fatalf("warm-up not acknowledged: %+v", d)
+	}
+}
+
 func (h *harness) assignDeadline(tp TopicPartition, n int32, dl time.Time) BatchRef {
 	h.t.Helper()
 	ref, _, err := h.s.Assign(tp, n, dl)
@@ -129,13 +139,15 @@ func TestAssignSequencesPerPartition(t *testing.T) {
 	if _, err := h.s.SetProducer(pid); err != nil {
 		t.Fatal(err)
 	}
-	_, a := h.assign(tp0, 3)
-	_, b := h.assign(tp0, 2)
+	ra, a := h.assign(tp0, 3)
 	_, c := h.assign(tp1, 4)
-	if a != id(pid, 0) || b != id(pid, 3) || c != id(pid, 0) {
-		t.Fatalf("identities %v %v %v", a, b, c)
+	h.ok(ra, 0)
+	_, b := h.assign(tp0, 2)
+	_, b2 := h.assign(tp0, 1)
+	if a != id(pid, 0) || b != id(pid, 3) || b2 != id(pid, 5) || c != id(pid, 0) {
+		t.Fatalf("identities %v %v %v %v", a, b, b2, c)
 	}
-	if st := h.state(tp0); st.NextSequence != 5 || st.LastAckedSequence != -1 || len(st.InFlight) != 2 {
+	if st := h.state(tp0); st.NextSequence != 6 || st.LastAckedSequence != 2 || len(st.InFlight) != 2 {
 		t.Fatalf("state %+v", st)
 	}
 	if _, _, err := h.s.Assign(tp0, 0, time.Time{}); err == nil {
@@ -145,6 +157,7 @@ func TestAssignSequencesPerPartition(t *testing.T) {
 
 func TestInFlightLimit(t *testing.T) {
 	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
 	refs := make([]BatchRef, 5)
 	for i := range refs {
 		refs[i], _ = h.assign(tp0, 1)
@@ -153,10 +166,11 @@ func TestInFlightLimit(t *testing.T) {
 		t.Fatalf("6th batch: %v", err)
 	}
 	h.ok(refs[0], 100)
-	if _, got := h.assign(tp0, 1); got != id(pid, 5) {
+	if _, got := h.assign(tp0, 1); got != id(pid, 6) {
 		t.Fatalf("after an ack: %v", got)
 	}
 	h2 := newHarness(t, Config{MaxInFlight: 1}, pid)
+	h2.warm(tp0, 1)
 	h2.assign(tp0, 1)
 	if _, _, err := h2.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
 		t.Fatalf("MaxInFlight 1: %v", err)
@@ -192,23 +206,25 @@ func TestSequenceWrapAcrossAcks(t *testing.T) {
 // the last acknowledged sequence past an unacknowledged earlier batch.
 func TestOutOfOrderAcks(t *testing.T) {
 	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
 	r1, _ := h.assign(tp0, 2)
 	r2, _ := h.assign(tp0, 3)
 	d := h.ok(r2, 12)
 	if len(d.Acks) != 1 || d.Acks[0].Batch != r2 {
 		t.Fatalf("acks %+v", d.Acks)
 	}
-	if st := h.state(tp0); st.LastAckedSequence != -1 || st.LastAckedOffset != 14 || len(st.InFlight) != 1 {
+	if st := h.state(tp0); st.LastAckedSequence != 0 || st.LastAckedOffset != 14 || len(st.InFlight) != 1 {
 		t.Fatalf("state %+v", st)
 	}
 	h.ok(r1, 10)
-	if st := h.state(tp0); st.LastAckedSequence != 4 || len(st.InFlight) != 0 {
+	if st := h.state(tp0); st.LastAckedSequence != 5 || len(st.InFlight) != 0 {
 		t.Fatalf("state %+v", st)
 	}
 }
 
 func TestSentOnlyForTheNextResend(t *testing.T) {
 	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
 	r1, i1 := h.assign(tp0, 1)
 	r2, _ := h.assign(tp0, 1)
 	if err := h.s.Sent(r1); err == nil {
@@ -224,5 +240,81 @@ func TestSentOnlyForTheNextResend(t *testing.T) {
 	h.ok(r1, 0)
 	if ref, _, ok := h.s.NextResend(tp0); !ok || ref != r2 {
 		t.Fatalf("NextResend after head ack: %d %v", ref, ok)
+	}
+}
+
+// TestFirstBatchAlone: a partition sends one batch at a time until the
+// leader acknowledges one under the current identity: a leader without state
+// for the producer accepts any sequence, so a second pipelined batch could be
+// appended before a first one that was lost or refused (KAFKA-15591).
+func TestFirstBatchAlone(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r1, _ := h.assign(tp0, 1)
+	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("second batch before the first ack: %v", err)
+	}
+	h.code(r1, 6) // NOT_LEADER: still no ack
+	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrPartitionRecovering) {
+		t.Fatalf("new batch with a retry pending: %v", err)
+	}
+	h.resend(tp0, r1, id(pid, 0))
+	h.ok(r1, 0)
+	h.assign(tp0, 1)
+	h.assign(tp0, 1) // pipelining once acknowledged
+	// After a bump the partition starts over under the new identity.
+	h2 := newHarness(t, Config{}, pid)
+	h2.warm(tp0, 1)
+	x, _ := h2.assign(tp0, 1)
+	h2.s.Complete(x, oosn)
+	h2.resend(tp0, x, id(ProducerID{pid.ID, pid.Epoch + 1}, 0))
+	if _, _, err := h2.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("second batch after a bump before the first ack: %v", err)
+	}
+}
+
+// TestSoloAfterLeaderChange: after a leader change the partition sends one
+// batch at a time until the new leader acknowledges one.
+func TestSoloAfterLeaderChange(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	h.assign(tp0, 1)
+	h.s.LeaderChanged(tp0)
+	if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("pipelining to a new leader before its first ack: %v", err)
+	}
+	h.warm(tp1, 1)
+	h.assign(tp1, 1) // other partitions are not affected
+	h.assign(tp1, 1)
+}
+
+// TestSoloAfterIdle: after SoloAfterIdle without a new batch, the next batch
+// goes alone until acknowledged (the leader may have expired the producer's
+// state, KIP-854).
+func TestSoloAfterIdle(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		idle    time.Duration
+		setting time.Duration
+		solo    bool
+	}{{time.Second, 0, false}, {2 * time.Minute, 0, true}, {2 * time.Minute, -1, false}, {10 * time.Second, 5 * time.Second, true}} {
+		h := newHarness(t, Config{SoloAfterIdle: c.setting}, pid)
+		r, _, err := h.s.AssignAt(tp0, 1, t0, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ok(r, 0)
+		now := t0.Add(c.idle)
+		r, _, err = h.s.AssignAt(tp0, 1, now, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = h.s.AssignAt(tp0, 1, now, time.Time{})
+		if c.solo != errors.Is(err, ErrInFlightLimit) {
+			t.Fatalf("%+v: second batch after idling: %v", c, err)
+		}
+		h.ok(r, 1)
+		if _, _, err := h.s.AssignAt(tp0, 1, now, time.Time{}); err != nil {
+			t.Fatalf("%+v: after the ack: %v", c, err)
+		}
 	}
 }

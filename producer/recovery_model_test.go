@@ -1,0 +1,699 @@
+package producer
+
+// recovery_model_test.go: a randomized model test. A model broker (one log per
+// partition with per-producer sequence state, deduplication of the last 5
+// batches, a leader epoch cache and OffsetForLeaderEpoch answers as in
+// Kafka; optionally pre-2.5 UNKNOWN_PRODUCER_ID behaviour) expires idle
+// producers' state (KIP-854), loses requests and responses, appends and then
+// answers NOT_LEADER_OR_FOLLOWER (KAFKA-13574), refuses batches (too large,
+// invalid), truncates its log in unclean elections (sometimes to nothing),
+// moves leadership cleanly, deletes by retention, and interleaves other
+// producers' records. A model I/O layer drives a Sequencer and an AckLedger
+// against it, answering the ledger's questions late (stale ones get
+// FENCED_LEADER_EPOCH) and recording acknowledged ranges sometimes under a
+// lagging leader epoch. After each run every fault heals and everything must
+// resolve; the invariants checked:
+//
+//  1. no record appears twice in a log unless PossibleDuplicate was reported
+//     for it;
+//  2. every acknowledged record is at its acknowledged offset (or below the
+//     log start), or an AckedWritesLost report covers it; every
+//     AckedWritesLost report is true (the records were acknowledged there
+//     and are gone), and so is every ProvenGap;
+//  3. per partition, the first occurrences of records in the log are in
+//     produce order;
+//  4. a record reported Failed with MaybeWritten false is not in the log;
+//  5. every record ends acknowledged or failed (no stuck partition), and the
+//     number of bumps is bounded by the number of incidents.
+//
+// Invariant 3 is what found the need to send one batch at a time while the
+// leader may hold no state for the producer (Config.SoloAfterIdle,
+// LeaderChanged): such a leader accepts any sequence.
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+type mRecord struct {
+	rec       int // record id (0 for other producers' records)
+	producer  ProducerID
+	seq       int32
+	epoch     int32 // leader epoch at append
+	batchBase int64
+	batchLast int64
+	batchSeq  int32
+}
+
+type mDedup struct {
+	epoch       int16
+	first, last int32
+	offset      int64
+}
+
+type mProducer struct {
+	epoch   int16
+	lastSeq int32
+	recent  []mDedup
+}
+
+type mEpochStart struct {
+	epoch int32
+	start int64
+}
+
+type mRequest struct {
+	ref  BatchRef
+	id   BatchIdentity
+	recs []int
+}
+
+// mPartition is the model leader of one partition.
+type mPartition struct {
+	tp          TopicPartition
+	log         []mRecord
+	logStart    int64
+	leaderEpoch int32
+	cache       []mEpochStart
+	states      map[int64]*mProducer
+	queue       []mRequest
+	legacy      bool // pre-2.5: UNKNOWN_PRODUCER_ID for unknown producers with sequence ≠ 0
+	lastAppend  time.Time
+}
+
+// modelExpiration is the model brokers' producer.id.expiration.ms.
+const modelExpiration = 300 * time.Millisecond
+
+func newMPartition(tp TopicPartition, legacy bool) *mPartition {
+	return &mPartition{tp: tp, cache: []mEpochStart{{0, 0}}, states: map[int64]*mProducer{}, legacy: legacy}
+}
+
+// produce validates and appends a batch as ProducerAppendInfo does.
+func (m *mPartition) produce(id BatchIdentity, recs []int) (code int16, base int64) {
+	n := int32(len(recs))
+	last := LastSequence(id.BaseSequence, n)
+	st := m.states[id.Producer.ID]
+	if st != nil {
+		if id.Producer.Epoch < st.epoch {
+			return kerr.InvalidProducerEpoch.Code, -1
+		}
+		for _, d := range st.recent {
+			if d.epoch == id.Producer.Epoch && d.first == id.BaseSequence && d.last == last {
+				return 0, d.offset // duplicate: original offset, nothing appended
+			}
+		}
+		if id.Producer.Epoch > st.epoch {
+			if id.BaseSequence != 0 {
+				return kerr.OutOfOrderSequenceNumber.Code, -1
+			}
+		} else if id.BaseSequence != NextSequence(st.lastSeq, 1) {
+			return kerr.OutOfOrderSequenceNumber.Code, -1
+		}
+	} else if m.legacy && id.BaseSequence != 0 {
+		return kerr.UnknownProducerID.Code, -1
+	}
+	base = int64(len(m.log))
+	for i, r := range recs {
+		m.log = append(m.log, mRecord{rec: r, producer: id.Producer, seq: NextSequence(id.BaseSequence, int32(i)),
+			epoch: m.leaderEpoch, batchBase: base, batchLast: base + int64(n) - 1, batchSeq: id.BaseSequence})
+	}
+	m.track(id.Producer, id.BaseSequence, last, base)
+	return 0, base
+}
+
+func (m *mPartition) track(p ProducerID, first, last int32, offset int64) {
+	st := m.states[p.ID]
+	if st == nil || st.epoch != p.Epoch {
+		st = &mProducer{epoch: p.Epoch}
+		m.states[p.ID] = st
+	}
+	st.lastSeq = last
+	st.recent = append(st.recent, mDedup{p.Epoch, first, last, offset})
+	if len(st.recent) > 5 {
+		st.recent = st.recent[1:]
+	}
+}
+
+// foreign appends a batch of another producer (so our offsets are not
+// contiguous and lost offsets get reused by others).
+func (m *mPartition) foreign(n int) {
+	base := int64(len(m.log))
+	for i := 0; i < n; i++ {
+		m.log = append(m.log, mRecord{producer: ProducerID{ID: 1, Epoch: 0}, epoch: m.leaderEpoch,
+			batchBase: base, batchLast: base + int64(n) - 1})
+	}
+}
+
+// rebuild recomputes producer state from the log, as a new leader does.
+func (m *mPartition) rebuild() {
+	m.states = map[int64]*mProducer{}
+	for i := int64(0); i < int64(len(m.log)); {
+		r := m.log[i]
+		if r.rec != 0 && i >= m.logStart {
+			m.track(r.producer, r.batchSeq, m.log[r.batchLast].seq, r.batchBase)
+		}
+		i = r.batchLast + 1
+	}
+}
+
+// newLeader moves leadership: a new epoch starting at the log end, after
+// truncating the log to truncateTo (an unclean election of a shorter replica).
+func (m *mPartition) newLeader(truncateTo int64) {
+	if truncateTo < int64(len(m.log)) {
+		m.log = m.log[:truncateTo]
+		m.rebuild()
+	}
+	m.leaderEpoch++
+	end := int64(len(m.log))
+	m.cache = slices.DeleteFunc(m.cache, func(e mEpochStart) bool { return e.start >= end })
+	m.cache = append(m.cache, mEpochStart{m.leaderEpoch, end})
+}
+
+// offsetForLeaderEpoch answers as LeaderEpochFileCache.endOffsetFor.
+func (m *mPartition) offsetForLeaderEpoch(q int32) EpochEnd {
+	latest := m.cache[len(m.cache)-1]
+	switch {
+	case q == latest.epoch:
+		return EpochEnd{q, int64(len(m.log))}
+	case q > latest.epoch:
+		return EpochEnd{-1, -1}
+	case q < m.cache[0].epoch:
+		return EpochEnd{q, m.cache[0].start}
+	}
+	i := len(m.cache) - 1
+	for m.cache[i].epoch > q {
+		i--
+	}
+	return EpochEnd{m.cache[i].epoch, m.cache[i+1].start}
+}
+
+// probe returns up to 3 batch headers from offset on.
+func (m *mPartition) probe(offset int64) ProbeResult {
+	res := ProbeResult{LogStartOffset: m.logStart, LogEndOffset: int64(len(m.log))}
+	for i := max(offset, m.logStart); i < int64(len(m.log)) && len(res.Batches) < 3; {
+		r := m.log[i]
+		res.Batches = append(res.Batches, ProbedBatch{BaseOffset: r.batchBase, LastOffset: r.batchLast,
+			LeaderEpoch: r.epoch, ProducerID: r.producer.ID, ProducerEpoch: r.producer.Epoch, BaseSequence: r.batchSeq})
+		i = r.batchLast + 1
+	}
+	return res
+}
+
+type recStatus struct {
+	acked     bool
+	offset    int64
+	failed    bool
+	maybe     bool
+	ackedSeen bool // was acknowledged at some point
+}
+
+type seqKey struct {
+	tp  TopicPartition
+	p   ProducerID
+	seq int32
+}
+
+// mDriver is the model I/O layer and application.
+type mDriver struct {
+	t      *testing.T
+	rng    *rand.Rand
+	seq    *Sequencer
+	led    *AckLedger
+	parts  []*mPartition
+	byTP   map[TopicPartition]*mPartition
+	now    time.Time
+	exact  bool // the ledger gets exact append epochs
+	faults bool
+
+	nextRec   int
+	recTP     map[int]TopicPartition
+	pending   map[TopicPartition][]int
+	batchRecs map[BatchRef][]int
+	status    map[int]*recStatus
+	possDup   map[int]bool
+	lostRep   map[int]bool
+	bySeq     map[seqKey]int
+	nextPID   int64
+	incidents int
+	stats     map[string]int
+	checks    []any // EpochQuery or Probe waiting for an answer
+}
+
+func (d *mDriver) fatalf(format string, args ...any) {
+	d.t.Helper()
+	d.t.Fatalf(format, args...)
+}
+
+func (d *mDriver) produce(tp TopicPartition) {
+	for n := 1 + d.rng.Intn(3); n > 0; n-- {
+		d.nextRec++
+		d.pending[tp] = append(d.pending[tp], d.nextRec)
+		d.status[d.nextRec] = &recStatus{}
+		d.recTP[d.nextRec] = tp
+	}
+}
+
+// send puts tp's next batch (a retry first) on the wire.
+func (d *mDriver) send(tp TopicPartition) {
+	m := d.byTP[tp]
+	if ref, id, ok := d.seq.NextResend(tp); ok {
+		if err := d.seq.Sent(ref); err != nil {
+			d.fatalf("Sent: %v", err)
+		}
+		m.queue = append(m.queue, mRequest{ref, id, d.batchRecs[ref]})
+		return
+	}
+	if len(d.pending[tp]) == 0 {
+		return
+	}
+	n := min(len(d.pending[tp]), 1+d.rng.Intn(4))
+	dl := d.now.Add(time.Duration(40+d.rng.Intn(200)) * time.Millisecond)
+	ref, id, err := d.seq.AssignAt(tp, int32(n), d.now, dl)
+	if err != nil {
+		return // not now
+	}
+	recs := slices.Clone(d.pending[tp][:n])
+	d.pending[tp] = d.pending[tp][n:]
+	d.batchRecs[ref] = recs
+	m.queue = append(m.queue, mRequest{ref, id, recs})
+}
+
+// process answers the head request of tp's queue.
+func (d *mDriver) process(tp TopicPartition) {
+	m := d.byTP[tp]
+	if len(m.queue) == 0 {
+		return
+	}
+	req := m.queue[0]
+	m.queue = m.queue[1:]
+	var res ProduceResult
+	fate := 100
+	if d.faults {
+		fate = d.rng.Intn(100)
+	}
+	switch {
+	case fate < 6: // request lost before the broker: no answer
+		res = ProduceResult{Delivery: NoResponse}
+	case fate < 9:
+		res = ProduceResult{Delivery: NotSent}
+	case fate < 12:
+		res = answered(kerr.NotLeaderForPartition.Code)
+	case fate < 14 && len(req.recs) > 1:
+		res = answered(kerr.MessageTooLarge.Code)
+	case fate < 15:
+		d.incidents++
+		res = answered(kerr.InvalidRecord.Code)
+	default:
+		code, base := m.produce(req.id, req.recs)
+		if code == 0 {
+			m.lastAppend = d.now
+		}
+		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
+		switch {
+		case fate < 22: // appended (or not), answer lost
+			res = ProduceResult{Delivery: NoResponse}
+		case fate < 25 && code == 0: // appended, then leadership moved (KAFKA-13574)
+			res = answered(kerr.NotLeaderForPartition.Code)
+		}
+		if d.faults && d.rng.Intn(3) == 0 {
+			m.foreign(1 + d.rng.Intn(2))
+		}
+	}
+	d.trace("process %v ref=%d id=%v recs=%v -> %+v (log len %d)", tp, req.ref, req.id, req.recs, res, len(m.log))
+	d.handle(d.seq.Complete(req.ref, res))
+}
+
+var runModelTrace func(string)
+
+func (d *mDriver) trace(format string, args ...any) {
+	if runModelTrace != nil {
+		runModelTrace(fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *mDriver) handle(dec Decision) {
+	d.t.Helper()
+	d.trace("decision acks=%+v outcomes=%+v bump=%+v", dec.Acks, dec.Outcomes, dec.Bump)
+	if dec.Fatal != nil || dec.Abortable != nil {
+		d.fatalf("unexpected fatal/abortable: %+v", dec)
+	}
+	for _, a := range dec.Acks {
+		recs := d.batchRecs[a.Batch]
+		m := d.byTP[a.TP]
+		if a.BaseOffset < 0 || len(recs) == 0 {
+			d.fatalf("ack %+v for records %v", a, recs)
+		}
+		for i, r := range recs {
+			st := d.status[r]
+			st.acked, st.offset, st.ackedSeen, st.failed = true, a.BaseOffset+int64(i), true, false
+			d.bySeq[seqKey{a.TP, a.Identity.Producer, NextSequence(a.Identity.BaseSequence, int32(i))}] = r
+		}
+		epoch, exact := m.log[a.BaseOffset].epoch, true
+		if !d.exact && epoch > 0 && d.rng.Intn(2) == 0 {
+			epoch, exact = epoch-1, false // the client's metadata lagged
+		}
+		if err := d.led.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records),
+			LeaderEpoch: epoch, EpochExact: exact, Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence}); err != nil {
+			d.fatalf("Record: %v", err)
+		}
+		delete(d.batchRecs, a.Batch)
+		d.stats["ack"]++
+	}
+	for _, o := range dec.Outcomes {
+		switch o := o.(type) {
+		case Failed:
+			for _, r := range d.batchRecs[o.Batch] {
+				st := d.status[r]
+				st.failed, st.maybe = true, o.MaybeWritten
+			}
+			// The batch keeps its records until it is dropped: a late
+			// AfterFailure ack still needs them.
+			d.stats["failed"]++
+		case PossibleDuplicate:
+			for _, r := range d.batchRecs[o.Batch] {
+				d.possDup[r] = true
+			}
+			d.stats["possible-duplicate"]++
+		case ResequencedNoLoss:
+			d.stats["resequenced"]++
+		case ProvenGap:
+			// Proven: the write acknowledged with LastAckedSequence is
+			// not where it was acknowledged any more.
+			m := d.byTP[o.TP]
+			rec, ok := d.bySeq[seqKey{o.TP, o.Producer, o.LastAckedSequence}]
+			if !ok || !d.status[rec].ackedSeen {
+				d.fatalf("ProvenGap %+v names no acknowledged write (record %d %+v)", o, rec, d.status[rec])
+			}
+			if off := d.status[rec].offset; off < int64(len(m.log)) && m.log[off].rec == rec {
+				d.fatalf("ProvenGap %+v but record %d is still at %d", o, rec, off)
+			}
+			d.stats["proven-gap"]++
+		case PossibleGap:
+			d.stats["possible-gap"]++
+		}
+	}
+	for _, ref := range dec.Split {
+		recs := d.batchRecs[ref]
+		k := len(recs) / 2
+		refs, err := d.seq.Split(ref, []int32{int32(k), int32(len(recs) - k)})
+		if err != nil {
+			d.fatalf("Split: %v", err)
+		}
+		d.batchRecs[refs[0]], d.batchRecs[refs[1]] = recs[:k], recs[k:]
+		delete(d.batchRecs, ref)
+		d.stats["split"]++
+	}
+	if dec.Bump != nil {
+		d.stats["bump"]++
+	}
+	if dec.NeedProducerID {
+		d.nextPID++
+		sd, err := d.seq.SetProducer(ProducerID{ID: d.nextPID, Epoch: 0})
+		if err != nil {
+			d.fatalf("SetProducer: %v", err)
+		}
+		d.stats["new-producer-id"]++
+		d.handle(sd)
+	}
+	for _, tp := range dec.CheckAckedWrites {
+		if q, ok := d.led.Recheck(tp, d.byTP[tp].leaderEpoch); ok {
+			d.checks = append(d.checks, q)
+		}
+	}
+}
+
+// answerCheck answers one waiting ledger question (chosen at random) from the
+// model leader as it is now: an OffsetForLeaderEpoch or a probe fetch. A
+// question for an older leader epoch gets FENCED_LEADER_EPOCH (dropped; the
+// ledger asked again when it saw the new epoch).
+func (d *mDriver) answerCheck() {
+	if len(d.checks) == 0 {
+		return
+	}
+	i := d.rng.Intn(len(d.checks))
+	c := d.checks[i]
+	d.checks = slices.Delete(d.checks, i, i+1)
+	switch c := c.(type) {
+	case EpochQuery:
+		m := d.byTP[c.TP]
+		if c.CurrentLeaderEpoch != m.leaderEpoch {
+			d.stats["fenced-check"]++
+			return
+		}
+		d.checkResult(m, d.led.ApplyEpochEnd(c, m.offsetForLeaderEpoch(c.Epoch)))
+	case Probe:
+		m := d.byTP[c.TP]
+		if c.CurrentLeaderEpoch != m.leaderEpoch {
+			d.stats["fenced-check"]++
+			return
+		}
+		d.stats["probe"]++
+		d.checkResult(m, d.led.ApplyProbe(c, m.probe(c.Offset)))
+	}
+}
+
+func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
+	d.t.Helper()
+	if r.Unknown {
+		d.fatalf("check on %v: %+v", m.tp, r)
+	}
+	if r.Stale {
+		d.stats["stale-check"]++
+		return
+	}
+	for _, l := range r.Lost {
+		for o := l.From; o < l.To; o++ {
+			rec, ok := d.bySeq[seqKey{l.TP, l.Producer, seqPlus(l.FirstSequence, o-l.From)}]
+			if !ok || d.status[rec].offset != o || !d.status[rec].ackedSeen {
+				d.fatalf("bogus loss report %+v at %d: record %d %+v", l, o, rec, d.status[rec])
+			}
+			if o < int64(len(m.log)) && m.log[o].rec == rec {
+				d.fatalf("loss reported for record %d still at %d: %+v", rec, o, l)
+			}
+			d.lostRep[rec] = true
+		}
+		d.stats["acked-writes-lost"]++
+	}
+	if r.Next != nil {
+		d.checks = append(d.checks, *r.Next)
+	}
+	if r.Probe != nil {
+		d.checks = append(d.checks, *r.Probe)
+	}
+}
+
+// leaderChange moves tp's leadership (truncating when unclean); requests on
+// the wire to the old leader fail; the ledger checks the new leader.
+func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
+	to := int64(len(m.log))
+	if unclean {
+		to = max(m.logStart, to-int64(1+d.rng.Intn(8)))
+		if d.rng.Intn(3) == 0 {
+			to = m.logStart // the new leader's log is empty: no producer state at all
+		}
+		if to < int64(len(m.log)) {
+			to = max(m.logStart, m.log[to].batchBase) // replicas hold whole batches
+		}
+		d.stats["unclean"]++
+	}
+	d.incidents++
+	d.trace("leader change %v unclean=%v to=%d", m.tp, unclean, to)
+	m.newLeader(to)
+	d.seq.LeaderChanged(m.tp)
+	q := m.queue
+	m.queue = nil
+	for _, req := range q {
+		d.handle(d.seq.Complete(req.ref, answered(kerr.NotLeaderForPartition.Code)))
+	}
+	if qq, ok := d.led.ObserveLeaderEpoch(m.tp, m.leaderEpoch); ok {
+		d.checks = append(d.checks, qq)
+	}
+}
+
+func (d *mDriver) step() {
+	tp := d.parts[d.rng.Intn(len(d.parts))].tp
+	m := d.byTP[tp]
+	d.now = d.now.Add(time.Millisecond)
+	switch x := d.rng.Intn(100); {
+	case x < 28:
+		d.produce(tp)
+	case x < 55:
+		d.send(tp)
+	case x < 84:
+		d.process(tp)
+	case x < 88:
+		d.answerCheck()
+	case x < 91:
+		d.now = d.now.Add(time.Duration(d.rng.Intn(120)) * time.Millisecond)
+		d.handle(d.seq.Expire(d.now))
+	case x < 93:
+		d.leaderChange(m, true)
+	case x < 95:
+		d.leaderChange(m, false)
+	case x < 97:
+		// Producer-state expiry (KIP-854): only a producer that appended
+		// nothing for producer.id.expiration.ms expires.
+		d.now = d.now.Add(time.Duration(d.rng.Intn(2*int(modelExpiration/time.Millisecond))) * time.Millisecond)
+		if st, ok := d.seq.Partition(tp); (!ok || len(st.InFlight) == 0) && len(m.queue) == 0 && len(m.states) > 0 &&
+			d.now.Sub(m.lastAppend) >= modelExpiration {
+			m.states = map[int64]*mProducer{}
+			d.incidents++
+			d.stats["state-expiry"]++
+		}
+	case x < 98 && m.legacy:
+		// Retention removes the whole log; a pre-2.5 leader drops the
+		// producer state with it.
+		if st, ok := d.seq.Partition(tp); (!ok || len(st.InFlight) == 0) && len(m.queue) == 0 {
+			m.logStart = int64(len(m.log))
+			m.rebuild()
+			d.incidents++
+			d.stats["retention"]++
+		}
+	default:
+		d.handle(d.seq.Expire(d.now))
+	}
+}
+
+// heal stops faults and runs until every record is resolved.
+func (d *mDriver) heal() {
+	d.faults = false
+	for i := 0; ; i++ {
+		if i > 2000 {
+			d.fatalf("no progress after healing: pending %v, sequencer pending %d outstanding %d",
+				d.pending, d.seq.Pending(), d.seq.Outstanding())
+		}
+		busy := false
+		for _, m := range d.parts {
+			d.send(m.tp)
+			if len(m.queue) > 0 {
+				busy = true
+				d.process(m.tp)
+			}
+			busy = busy || len(d.pending[m.tp]) > 0
+		}
+		if len(d.checks) > 0 {
+			busy = true
+			d.answerCheck()
+		}
+		if !busy && d.seq.Pending() == 0 && d.seq.Outstanding() == 0 {
+			return
+		}
+	}
+}
+
+func (d *mDriver) verify() {
+	d.t.Helper()
+	for _, m := range d.parts {
+		seen := map[int]int{}
+		last := 0
+		for o, r := range m.log {
+			if r.rec == 0 {
+				continue
+			}
+			if seen[r.rec]++; seen[r.rec] == 1 {
+				if r.rec < last {
+					d.fatalf("%v: record %d first written at %d after record %d (order)", m.tp, r.rec, o, last)
+				}
+				last = r.rec
+			} else if !d.possDup[r.rec] {
+				d.fatalf("%v: record %d written twice without a PossibleDuplicate report", m.tp, r.rec)
+			}
+		}
+		for r, st := range d.status {
+			if d.recTP[r] != m.tp {
+				continue
+			}
+			switch {
+			case st.acked:
+				present := st.offset < int64(len(m.log)) && m.log[st.offset].rec == r
+				if !present && st.offset >= m.logStart && !d.lostRep[r] {
+					d.fatalf("%v: acknowledged record %d at %d is gone without a report", m.tp, r, st.offset)
+				}
+			case st.failed:
+				if !st.maybe && seen[r] > 0 {
+					d.fatalf("%v: record %d reported certainly not written is in the log", m.tp, r)
+				}
+			default:
+				d.fatalf("%v: record %d unresolved", m.tp, r)
+			}
+		}
+	}
+	if d.seq.Bumps() > d.incidents {
+		d.fatalf("%d bumps for %d incidents", d.seq.Bumps(), d.incidents)
+	}
+}
+
+func runModel(t *testing.T, seed int64, steps int) map[string]int {
+	rng := rand.New(rand.NewSource(seed))
+	seq, err := NewSequencer(Config{SoloAfterIdle: modelExpiration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := rng.Intn(4) == 0
+	d := &mDriver{
+		t: t, rng: rng, seq: seq, led: NewAckLedger(1 << 16), byTP: map[TopicPartition]*mPartition{},
+		now: time.Unix(0, 0), exact: rng.Intn(3) != 0, faults: true,
+		pending: map[TopicPartition][]int{}, batchRecs: map[BatchRef][]int{}, status: map[int]*recStatus{},
+		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{}, nextPID: 100,
+		stats: map[string]int{},
+	}
+	for _, tp := range []TopicPartition{tp0, tp1, tp2} {
+		m := newMPartition(tp, legacy)
+		d.parts = append(d.parts, m)
+		d.byTP[tp] = m
+		d.led.ObserveLeaderEpoch(tp, 0)
+	}
+	start := ProducerID{ID: d.nextPID, Epoch: 0}
+	if rng.Intn(4) == 0 {
+		start.Epoch = math.MaxInt16 - 2 // reach exhaustion within a run
+	}
+	if _, err := seq.SetProducer(start); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < steps; i++ {
+		d.step()
+	}
+	d.heal()
+	d.verify()
+	return d.stats
+}
+
+// TestModelRandomized runs the model for many seeds; a failure names the
+// seed (rerun one with -run 'TestModelRandomized/seed=N').
+var (
+	modelSeeds = flag.Int("model.seeds", 500, "TestModelRandomized: number of seeds")
+	modelFirst = flag.Int64("model.first", 0, "TestModelRandomized: first seed")
+	modelSteps = flag.Int("model.steps", 600, "TestModelRandomized: steps per run")
+)
+
+func TestModelRandomized(t *testing.T) {
+	seeds, steps := *modelSeeds, *modelSteps
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	total := map[string]int{}
+	for seed := *modelFirst; seed < *modelFirst+int64(seeds); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			for k, v := range runModel(t, seed, steps) {
+				total[k] += v
+			}
+		})
+	}
+	// The faults must actually have been exercised, or the invariants
+	// prove nothing.
+	for _, k := range []string{"ack", "failed", "possible-duplicate", "resequenced", "proven-gap", "possible-gap",
+		"split", "bump", "new-producer-id", "acked-writes-lost", "probe", "unclean", "state-expiry", "retention",
+		"fenced-check", "stale-check"} {
+		if total[k] == 0 {
+			t.Errorf("the model never produced %q (totals %v)", k, total)
+		}
+	}
+	t.Logf("totals over %d seeds: %v", seeds, total)
+}
