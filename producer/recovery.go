@@ -262,6 +262,9 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 	p := b.part
 	late := b.disp == abandoned
 	b.disp = acked
+	if b.gen == p.gen {
+		p.solo = false // the current leader holds the producer's state
+	}
 	if offset >= 0 {
 		if last := offset + int64(b.records) - 1; last > p.lastAckedOffset {
 			p.lastAckedOffset = last

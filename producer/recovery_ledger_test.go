@@ -273,3 +273,28 @@ func TestLedgerInexactEpochProbe(t *testing.T) {
 		}
 	})
 }
+
+// TestLedgerUnconfirmed: ranges without a producer identity (non-idempotent
+// writes) on an inexact epoch cannot be confirmed by a probe: reported as
+// unconfirmed, never as lost, unless they lie beyond the log end.
+func TestLedgerUnconfirmed(t *testing.T) {
+	for _, c := range []struct {
+		logEnd int64
+		lost   bool
+	}{{200, false}, {110, true}} {
+		l := NewAckLedger(0)
+		if err := l.Record(tp0, AckedRange{From: 120, To: 130, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+			t.Fatal(err)
+		}
+		q, _ := l.ObserveLeaderEpoch(tp0, 5)
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+		if r.Probe == nil {
+			t.Fatalf("no probe: %+v", r)
+		}
+		other := ProbedBatch{BaseOffset: 110, LastOffset: 140, LeaderEpoch: 4, ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: c.logEnd, Batches: []ProbedBatch{other}})
+		if c.lost != (len(r.Lost) == 1) || c.lost == (len(r.Unconfirmed) == 1) || len(l.Ranges(tp0)) != 0 {
+			t.Fatalf("log end %d: %+v, ranges %+v", c.logEnd, r, l.Ranges(tp0))
+		}
+	}
+}

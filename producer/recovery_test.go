@@ -630,3 +630,46 @@ func TestCompleteIgnoresUnknownAndRepeatedAnswers(t *testing.T) {
 		t.Fatalf("repeated answer: %+v", d)
 	}
 }
+
+// TestAbandon: the I/O layer gives up on a batch (say it cannot encode it):
+// Failed, and its sequences are given back at the tail or resolved by a bump.
+func TestAbandon(t *testing.T) {
+	errEncode := errors.New("cannot encode")
+	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	r1, _ := h.assign(tp0, 1)
+	h.s.Complete(r1, ProduceResult{Delivery: NotSent})
+	d := h.s.Abandon(r1, errEncode)
+	if f := outcomes[Failed](d); len(f) != 1 || f[0].MaybeWritten || !errors.Is(f[0].Err, errEncode) || d.Bump != nil {
+		t.Fatalf("tail abandon %+v", d)
+	}
+	if _, got := h.assign(tp0, 1); got != id(pid, 1) {
+		t.Fatalf("sequence not given back: %v", got)
+	}
+	if d := h.s.Abandon(r1, errEncode); !d.Empty() {
+		t.Fatalf("second abandon %+v", d)
+	}
+
+	// Not at the tail, and on the wire: MaybeWritten, and once the
+	// partition drains, a bump rewrites the batch behind it.
+	h = newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	r1, _ = h.assign(tp0, 1)
+	r2, _ := h.assign(tp0, 1)
+	d = h.s.Abandon(r1, errEncode)
+	if f := outcomes[Failed](d); len(f) != 1 || !f[0].MaybeWritten {
+		t.Fatalf("abandon on the wire %+v", d)
+	}
+	d = h.s.Complete(r1, ProduceResult{Delivery: NoResponse})
+	d.Merge(h.s.Complete(r2, oosn))
+	if d.Bump == nil || kinds(d, map[BatchRef]string{r2: "r2"}) != "ResequencedNoLoss(r2)" {
+		t.Fatalf("after drain %+v", d)
+	}
+
+	// Transactional: the transaction must abort.
+	ht := newHarness(t, Config{Transactional: true}, pid)
+	r, _ := ht.assign(tp0, 1)
+	if d := ht.s.Abandon(r, errEncode); d.Abortable == nil || !d.Abortable.BumpEpoch {
+		t.Fatalf("transactional abandon %+v", d)
+	}
+}

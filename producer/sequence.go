@@ -169,6 +169,8 @@ type batch struct {
 	// describes the records, whatever identity they carry later.
 	maybeWritten bool
 	attempts     int
+	// gen is the partition's generation at the batch's latest send.
+	gen uint64
 }
 
 func (b *batch) lastSequence() int32 { return LastSequence(b.id.BaseSequence, b.records) }
@@ -202,8 +204,14 @@ type partition struct {
 	cause Cause
 	// lastAssign is when the partition last assigned a batch (zero: never).
 	lastAssign time.Time
-	// solo: send one batch at a time until the next acknowledgement.
+	// solo: send one batch at a time until a batch sent in the current
+	// generation is acknowledged.
 	solo bool
+	// gen counts leader changes and idle restarts: only an acknowledgement
+	// of a batch sent in the current generation ends solo mode (a late
+	// acknowledgement from a former leader proves nothing about the new
+	// one).
+	gen uint64
 }
 
 func (p *partition) reset(id ProducerID) {
@@ -267,7 +275,6 @@ func (p *partition) popAcked(s *Sequencer) {
 			p.lastAckedSeq = b.lastSequence()
 		}
 		delete(s.batches, b.ref)
-		p.solo = false
 		i++
 	}
 	p.inflight = append(p.inflight[:0], p.inflight[i:]...)
@@ -408,6 +415,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 	}
 	if len(p.inflight) == 0 && s.cfg.SoloAfterIdle > 0 && !p.lastAssign.IsZero() && now.Sub(p.lastAssign) >= s.cfg.SoloAfterIdle {
 		p.solo = true
+		p.gen++
 	}
 	if now.After(p.lastAssign) {
 		p.lastAssign = now
@@ -422,6 +430,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		disp:        active,
 		outstanding: true,
 		attempts:    1,
+		gen:         p.gen,
 	}
 	p.nextSeq = NextSequence(p.nextSeq, records)
 	p.inflight = append(p.inflight, b)
@@ -436,7 +445,9 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 // accept any sequence, so pipelined batches could overtake a lost or refused
 // one.
 func (s *Sequencer) LeaderChanged(tp TopicPartition) {
-	s.partition(tp).solo = true
+	p := s.partition(tp)
+	p.solo = true
+	p.gen++
 }
 
 // NextResend returns the retry that tp must send before anything else, with
@@ -471,6 +482,7 @@ func (s *Sequencer) Sent(ref BatchRef) error {
 	}
 	b.outstanding = true
 	b.attempts++
+	b.gen = b.part.gen
 	return nil
 }
 

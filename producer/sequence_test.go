@@ -285,6 +285,21 @@ func TestSoloAfterLeaderChange(t *testing.T) {
 	h.warm(tp1, 1)
 	h.assign(tp1, 1) // other partitions are not affected
 	h.assign(tp1, 1)
+
+	// A late acknowledgement from the former leader does not end it;
+	// one from the new leader does.
+	h2 := newHarness(t, Config{}, pid)
+	h2.warm(tp0, 1)
+	old, _ := h2.assign(tp0, 1)
+	h2.s.LeaderChanged(tp0)
+	h2.ok(old, 1)
+	r, _ := h2.assign(tp0, 1)
+	if _, _, err := h2.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("pipelining after a former leader's ack: %v", err)
+	}
+	h2.ok(r, 2)
+	h2.assign(tp0, 1)
+	h2.assign(tp0, 1)
 }
 
 // TestSoloAfterIdle: after SoloAfterIdle without a new batch, the next batch
