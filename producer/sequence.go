@@ -314,6 +314,7 @@ type Sequencer struct {
 	batches    map[BatchRef]*batch
 	bumps      int
 	clock      time.Time // latest time given (AssignAt, Expire)
+	assigned   uint64    // batches assigned so far
 }
 
 // NewSequencer returns a Sequencer without a producer identity; call
@@ -435,6 +436,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 	p.nextSeq = NextSequence(p.nextSeq, records)
 	p.inflight = append(p.inflight, b)
 	s.batches[b.ref] = b
+	s.assigned++
 	return b.ref, b.id, nil
 }
 

@@ -117,7 +117,8 @@ type TxnStep struct {
 	// sending Send.
 	FindCoordinator bool
 	// WaitDrain: EndTxn waits until the Sequencer is Drained (no batch on
-	// the wire or pending); call Poll when that changes.
+	// the wire or pending); call Poll when that changes. (Records buffered
+	// outside the Sequencer are the I/O layer's: see Commit.)
 	WaitDrain bool
 	// Decision carries Sequencer outcomes caused by this step (batches
 	// failed by an abort, rewrites after a new identity).
@@ -164,6 +165,16 @@ type TxnState struct {
 	bumpRequired    bool // the next abort must end with a new epoch
 	skipEndTxn      bool // INVALID_PRODUCER_ID_MAPPING: abort via InitProducerId only
 	endTxnUncertain bool // an EndTxn attempt got no answer (KAFKA-17754)
+
+	// started: the coordinator knows the open transaction (an
+	// AddPartitionsToTxn succeeded). maybeStarted: an AddPartitionsToTxn
+	// got no answer, so it may. With implicit adds (transactions V2) a
+	// batch sent since Begin (assignedAtBegin) may have started it. EndTxn
+	// for a transaction that never started is refused
+	// (INVALID_TXN_STATE, state Empty), except an abort under V2.
+	started         bool
+	maybeStarted    bool
+	assignedAtBegin uint64
 
 	added       map[TopicPartition]bool // partitions in the open transaction
 	pendingAdd  []TopicPartition        // to add, not yet sent
@@ -218,7 +229,15 @@ func (t *TxnState) Begin() error {
 	}
 	clear(t.added)
 	t.pendingAdd = t.pendingAdd[:0]
+	t.started, t.maybeStarted = false, false
+	t.assignedAtBegin = t.seq.assigned
 	return nil
+}
+
+// mayHaveStarted reports whether the coordinator may know the open
+// transaction.
+func (t *TxnState) mayHaveStarted() bool {
+	return t.started || t.maybeStarted || (t.cfg.ImplicitAddPartitions && t.seq.assigned != t.assignedAtBegin)
 }
 
 // AddPartition makes tp part of the open transaction. With transactions V1
@@ -272,6 +291,12 @@ func (t *TxnState) stateErr() error {
 
 // Commit starts committing the open transaction: once every batch is
 // acknowledged, EndTxn(commit). The Done step reports the result.
+//
+// Contract: call it only once every record of the transaction buffered by
+// the I/O layer has been assigned to a batch (flush first): the TxnState sees
+// only the Sequencer's batches, and sends EndTxn as soon as they are all
+// acknowledged; a record still buffered then would not be part of the
+// transaction. Records produced after Commit must be refused (CanProduce).
 func (t *TxnState) Commit() (TxnStep, error) {
 	if t.state != TxnInTransaction {
 		return TxnStep{}, t.stateErr()
@@ -284,7 +309,8 @@ func (t *TxnState) Commit() (TxnStep, error) {
 }
 
 // Abort starts aborting the open transaction (or recovering from an abortable
-// error): batches not on the wire fail, the rest are waited for, then
+// error): batches not on the wire fail (the I/O layer fails the records it
+// still buffers for the transaction itself), the rest are waited for, then
 // EndTxn(abort) (skipped after INVALID_PRODUCER_ID_MAPPING), then, if
 // sequences were disturbed or an EndTxn answer was lost, InitProducerId for a
 // new epoch. The Done step reports the result.
@@ -379,6 +405,9 @@ func (t *TxnState) Poll() TxnStep {
 				// INVALID_PRODUCER_ID_MAPPING: the coordinator would
 				// refuse EndTxn; go straight to InitProducerId.
 				t.startBump()
+			case !t.mayHaveStarted():
+				// Nothing reached the coordinator: nothing to end.
+				return t.endedLocally(commit)
 			default:
 				t.resend = &EndTxnRequest{TransactionalID: t.cfg.TransactionalID, Producer: producer, Commit: commit}
 			}
@@ -389,6 +418,21 @@ func (t *TxnState) Poll() TxnStep {
 		step.FindCoordinator, t.findCoord = t.findCoord, false
 	}
 	return step
+}
+
+// endedLocally completes a transaction the coordinator never knew.
+func (t *TxnState) endedLocally(commit bool) TxnStep {
+	if !commit && (t.bumpRequired || t.seq.NeedsBump()) {
+		t.startBump()
+		return t.Poll()
+	}
+	if err := t.seq.Resume(); err != nil {
+		t.startBump()
+		return t.Poll()
+	}
+	_ = t.transition(TxnReady)
+	t.err = nil
+	return TxnStep{Done: true}
 }
 
 // startBump moves to TxnBumpingEpoch with its InitProducerId queued.
@@ -504,6 +548,9 @@ func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartition
 		}
 	}
 	if delivery != Answered {
+		if delivery == NoResponse {
+			t.maybeStarted = true
+		}
 		for _, tp := range req.Partitions {
 			requeue(tp)
 		}
@@ -521,6 +568,7 @@ func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartition
 		}
 		switch r.Code {
 		case 0:
+			t.started = true // the coordinator has the transaction now
 			if t.state == TxnInTransaction {
 				t.added[r.TP] = true
 			}
@@ -578,8 +626,13 @@ type EndTxnResult struct {
 //	  AVAILABLE
 //	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
 //	TRANSACTION_ABORTABLE (commit)          abortable, bump
+//	INVALID_TXN_STATE, start uncertain      the transaction never started: ended, then bump
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, other
+//
+// EndTxn is sent only if the transaction may have reached the coordinator
+// (an AddPartitionsToTxn succeeded or got no answer; with implicit adds, a
+// batch was sent); otherwise Commit and Abort end it locally.
 func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 	req, ok := t.outstanding.(*EndTxnRequest)
 	if !ok || (t.state != TxnCommitting && t.state != TxnAborting) {
@@ -630,6 +683,15 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 	case kerr.TransactionAbortable.Code:
 		if req.Commit {
 			return t.abortable(codeError(r.Code), true, false), nil
+		}
+		return t.fatal(codeError(r.Code)), nil
+	case kerr.InvalidTxnState.Code:
+		if !t.started {
+			// The transaction never started after all (an add or a
+			// produce whose outcome was unknown did not reach the
+			// coordinator): nothing to end. Bump to leave no doubt.
+			t.bumpRequired = true
+			return t.endedLocally(false), nil
 		}
 		return t.fatal(codeError(r.Code)), nil
 	default:

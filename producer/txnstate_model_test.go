@@ -1,0 +1,546 @@
+package producer
+
+// txnstate_model_test.go: a randomized model test of TxnState driving a
+// transactional Sequencer. The partitions are the model brokers of
+// recovery_model_test.go (sequence validation, deduplication); a model
+// transaction coordinator bumps epochs on InitProducerId (rotating the
+// producer ID at exhaustion), answers repeats of completed requests, bumps on
+// every EndTxn under transactions V2, and fences any stale identity.
+// Requests and answers are lost, batches refused or appended-then-refused,
+// and an EndTxn whose answer was lost may arrive again much later
+// (KAFKA-17754). Invariants:
+//
+//  1. the client believes a transaction committed exactly when the
+//     coordinator committed it; a committed transaction's records are all
+//     in the log, each once, in produce order per partition;
+//  2. nothing the client sends is ever fenced (there is a single producer
+//     instance; only delayed duplicates are), and no Produce answer reports
+//     a sequence gap (no broker lost state);
+//  3. a record reported Failed with MaybeWritten false is not in the log;
+//  4. at most one coordinator request is outstanding; EndTxn is sent only
+//     once the Sequencer is drained;
+//  5. every operation completes once faults heal.
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+type mCoordinator struct {
+	producer ProducerID
+	prev     ProducerID // identity before the last bump (answers a lost-answer retry)
+	tv2      bool
+	txn      int  // transaction the coordinator considers ongoing (0: none)
+	ended    bool // the last EndTxn completed
+	result   bool // its result (commit)
+	endedBy  ProducerID
+	nextPID  int64
+	fenced   int
+	zombies  []EndTxnRequest // EndTxn copies delayed in the network (KAFKA-17754)
+}
+
+// zombie delivers a delayed duplicate EndTxn: it acts on whatever
+// transaction is current if its identity still matches (the client must have
+// bumped the epoch so that it cannot).
+func (d *txnDriver) zombie() {
+	c := d.coord
+	if len(c.zombies) == 0 {
+		return
+	}
+	z := c.zombies[0]
+	c.zombies = c.zombies[1:]
+	switch {
+	case z.Producer != c.producer:
+		d.stats["zombie-fenced"]++
+	case c.txn != 0 && !c.ended:
+		d.stats["zombie-applied"]++
+		if z.Commit {
+			d.committed[c.txn] = true
+		} else {
+			d.aborted[c.txn] = true
+		}
+		c.ended, c.result, c.endedBy, c.txn = true, z.Commit, z.Producer, 0
+		if c.tv2 {
+			c.bump()
+		}
+	}
+}
+
+func (c *mCoordinator) bump() {
+	c.prev = c.producer
+	if c.producer.Epoch >= math.MaxInt16-1 {
+		c.nextPID++
+		c.producer = ProducerID{ID: c.nextPID, Epoch: 0}
+		return
+	}
+	c.producer.Epoch++
+}
+
+type txnDriver struct {
+	*mDriver
+	tx        *TxnState
+	coord     *mCoordinator
+	coordReq  TxnRequest // the outstanding coordinator request, if any
+	txnOf     map[int]int
+	curTxn    int
+	committed map[int]bool // by the coordinator
+	aborted   map[int]bool
+	clientOK  map[int]bool // commits the client saw succeed
+	pendingOp bool         // Commit/Abort/Init in progress
+	opCommit  bool         // the operation in progress is a Commit
+	flushing  bool         // the application wants to commit: flush, then Commit
+}
+
+func (d *txnDriver) step(s TxnStep) {
+	d.t.Helper()
+	d.handle(s.Decision)
+	if s.Send != nil {
+		if d.coordReq != nil {
+			d.fatalf("second coordinator request %#v while %#v is outstanding", s.Send, d.coordReq)
+		}
+		if _, ok := s.Send.(*EndTxnRequest); ok && !d.seq.Drained() {
+			d.fatalf("EndTxn sent before the Sequencer drained")
+		}
+		d.coordReq = s.Send
+	}
+	if s.Done {
+		if s.Err != nil && d.tx.State() == TxnFatalError {
+			d.fatalf("fatal: %v", s.Err)
+		}
+		if d.pendingOp && d.opCommit && s.Err == nil {
+			d.clientOK[d.curTxn] = true
+		}
+		d.pendingOp, d.opCommit = false, false
+	}
+}
+
+// handle applies a produce decision and feeds it to the TxnState.
+func (d *txnDriver) produceDecision(dec Decision) {
+	d.t.Helper()
+	for _, o := range dec.Outcomes {
+		switch o.(type) {
+		case ProvenGap, PossibleGap:
+			d.fatalf("gap reported without any broker state loss: %+v", o)
+		}
+	}
+	if dec.Abortable != nil && errorsIsCode(dec.Abortable.Err, kerr.InvalidProducerEpoch.Code) {
+		d.fatalf("produce fenced: %v", dec.Abortable.Err)
+	}
+	abortable, fatal := dec.Abortable, dec.Fatal
+	dec.Abortable, dec.Fatal = nil, nil
+	d.handle(dec)
+	dec = Decision{Abortable: abortable, Fatal: fatal}
+	d.step(d.tx.HandleProduce(dec))
+}
+
+func errorsIsCode(err error, code int16) bool {
+	ke, ok := err.(*kerr.Error)
+	return ok && ke.Code == code
+}
+
+// answerCoordinator answers the outstanding coordinator request.
+func (d *txnDriver) answerCoordinator() {
+	req := d.coordReq
+	if req == nil {
+		return
+	}
+	d.coordReq = nil
+	c := d.coord
+	fate := 100
+	if d.faults {
+		fate = d.rng.Intn(100)
+	}
+	lostRequest, lostAnswer, concurrent := fate < 6, fate >= 6 && fate < 12, fate >= 12 && fate < 16
+	switch r := req.(type) {
+	case *InitProducerIDRequest:
+		var res InitProducerIDResult
+		switch {
+		case lostRequest:
+			res.Delivery = NoResponse
+		case concurrent:
+			res.Code = kerr.ConcurrentTransactions.Code
+		case r.Producer == NoProducerID || r.Producer == c.producer:
+			if r.Producer != NoProducerID {
+				d.stats["init-bump"]++
+			}
+			before := c.producer.ID
+			c.bump()
+			if c.producer.ID != before {
+				d.stats["pid-rotation"]++
+			}
+			c.txn = 0
+			res.Producer = c.producer
+		case r.Producer == c.prev:
+			res.Producer = c.producer // a retry after a lost answer
+		default:
+			c.fenced++
+			res.Code = kerr.ProducerFenced.Code
+		}
+		if lostAnswer {
+			res = InitProducerIDResult{Delivery: NoResponse}
+		}
+		s, err := d.tx.HandleInitProducerID(res)
+		if err != nil {
+			d.fatalf("HandleInitProducerID: %v", err)
+		}
+		d.step(s)
+	case *AddPartitionsRequest:
+		var res []AddPartitionResult
+		delivery := Answered
+		switch {
+		case lostRequest:
+			delivery = NoResponse
+		case r.Producer != c.producer:
+			c.fenced++
+			for _, tp := range r.Partitions {
+				res = append(res, AddPartitionResult{TP: tp, Code: kerr.ProducerFenced.Code})
+			}
+		default:
+			c.txn, c.ended = d.curTxn, false
+			for _, tp := range r.Partitions {
+				code := int16(0)
+				if concurrent {
+					code = kerr.ConcurrentTransactions.Code
+				}
+				res = append(res, AddPartitionResult{TP: tp, Code: code})
+			}
+		}
+		if lostAnswer {
+			delivery, res = NoResponse, nil
+		}
+		s, err := d.tx.HandleAddPartitions(delivery, res)
+		if err != nil {
+			d.fatalf("HandleAddPartitions: %v", err)
+		}
+		d.step(s)
+	case *EndTxnRequest:
+		res := EndTxnResult{Producer: NoProducerID}
+		switch {
+		case lostRequest:
+			res.Delivery = NoResponse
+		case concurrent:
+			res.Code = kerr.ConcurrentTransactions.Code
+		case c.ended && r.Producer == c.endedBy && r.Commit == c.result:
+			if c.tv2 {
+				res.Producer = c.producer // a repeat of a completed EndTxn
+			}
+		case c.txn == 0 && c.tv2 && !r.Commit && r.Producer == c.producer:
+			// Transactions V2 allow aborting an empty transaction,
+			// with a bump (the client may not know whether an
+			// implicit add happened).
+			d.aborted[d.curTxn] = true
+			c.ended, c.result, c.endedBy = true, false, r.Producer
+			c.bump()
+			res.Producer = c.producer
+		case c.txn == 0:
+			res.Code = kerr.InvalidTxnState.Code // state Empty: no transaction to end
+		case r.Producer != c.producer:
+			c.fenced++
+			res.Code = kerr.ProducerFenced.Code
+		default:
+			if r.Commit {
+				d.committed[d.curTxn] = true
+			} else {
+				d.aborted[d.curTxn] = true
+			}
+			c.ended, c.result, c.endedBy, c.txn = true, r.Commit, r.Producer, 0
+			if c.tv2 {
+				c.bump()
+				res.Producer = c.producer
+			}
+		}
+		if lostAnswer {
+			res = EndTxnResult{Delivery: NoResponse}
+		}
+		if (lostAnswer || lostRequest) && d.rng.Intn(2) == 0 {
+			c.zombies = append(c.zombies, *r)
+		}
+		s, err := d.tx.HandleEndTxn(res)
+		if err != nil {
+			d.fatalf("HandleEndTxn: %v", err)
+		}
+		d.step(s)
+	}
+}
+
+// produceStep runs one produce-side action of the current transaction:
+// maybe produce records, send a retry or a new batch, answer a request.
+func (d *txnDriver) produceStep(tp TopicPartition) {
+	if d.tx.State() == TxnInTransaction && !d.flushing && d.tx.CanProduce(tp) == nil && d.rng.Intn(2) == 0 {
+		for n := 1 + d.rng.Intn(2); n > 0; n-- {
+			d.nextRec++
+			d.pending[tp] = append(d.pending[tp], d.nextRec)
+			d.status[d.nextRec] = &recStatus{}
+			d.recTP[d.nextRec] = tp
+			d.txnOf[d.nextRec] = d.curTxn
+		}
+	}
+	if _, _, retry := d.seq.NextResend(tp); retry || d.tx.CanProduce(tp) == nil {
+		d.send(tp)
+	}
+	if len(d.byTP[tp].queue) > 0 {
+		d.processTxn(tp)
+	}
+	if d.flushing && d.tx.State() == TxnInTransaction && len(d.pending[tp0])+len(d.pending[tp1])+len(d.pending[tp2]) == 0 {
+		d.flushing, d.pendingOp, d.opCommit = false, true, true
+		s, err := d.tx.Commit()
+		if err != nil {
+			d.fatalf("Commit: %v", err)
+		}
+		d.step(s)
+	}
+}
+
+// abort fails the records the application still buffers, then aborts.
+func (d *txnDriver) abort() {
+	for tp, recs := range d.pending {
+		for _, r := range recs {
+			d.status[r].failed = true
+		}
+		d.pending[tp] = nil
+	}
+	d.flushing, d.pendingOp, d.opCommit = false, true, false
+	s, err := d.tx.Abort()
+	if err != nil {
+		d.fatalf("Abort: %v", err)
+	}
+	d.step(s)
+}
+
+// processTxn is process() with the decision routed through the TxnState.
+func (d *txnDriver) processTxn(tp TopicPartition) {
+	m := d.byTP[tp]
+	req := m.queue[0]
+	m.queue = m.queue[1:]
+	fate := 100
+	if d.faults {
+		fate = d.rng.Intn(100)
+	}
+	var res ProduceResult
+	switch {
+	case fate < 5:
+		res = ProduceResult{Delivery: NoResponse}
+	case fate < 8:
+		res = ProduceResult{Delivery: NotSent}
+	case fate < 10:
+		res = answered(kerr.NotLeaderForPartition.Code)
+	case fate < 12 && len(req.recs) > 1:
+		res = answered(kerr.MessageTooLarge.Code)
+	case fate < 13:
+		res = answered(kerr.InvalidRecord.Code)
+	default:
+		code, base := m.produce(req.id, req.recs)
+		if code == 0 && d.coord.tv2 && d.coord.txn == 0 && req.id.Producer == d.coord.producer {
+			d.coord.txn, d.coord.ended = d.curTxn, false // implicit add (KIP-890)
+		}
+		if code == kerr.InvalidProducerEpoch.Code || code == kerr.OutOfOrderSequenceNumber.Code && d.isNext(req) {
+			d.fatalf("broker answered %v to %v (next batch)", codeError(code), req.id)
+		}
+		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
+		switch {
+		case fate < 18:
+			res = ProduceResult{Delivery: NoResponse}
+		case fate < 20 && code == 0:
+			res = answered(kerr.NotLeaderForPartition.Code)
+		}
+	}
+	d.produceDecision(d.seq.Complete(req.ref, res))
+}
+
+// isNext reports whether req is its partition's next expected batch.
+func (d *txnDriver) isNext(req mRequest) bool {
+	b := d.seq.batches[req.ref]
+	return b != nil && b.part.isNext(b)
+}
+
+// appStep makes the application move the transaction on.
+func (d *txnDriver) appStep() {
+	if d.pendingOp || d.coordReq != nil {
+		return
+	}
+	switch d.tx.State() {
+	case TxnReady:
+		d.curTxn++
+		if err := d.tx.Begin(); err != nil {
+			d.fatalf("Begin: %v", err)
+		}
+		for _, m := range d.parts {
+			if d.rng.Intn(2) == 0 {
+				s, err := d.tx.AddPartition(m.tp)
+				if err != nil {
+					d.fatalf("AddPartition: %v", err)
+				}
+				d.step(s)
+			}
+		}
+	case TxnInTransaction:
+		if d.flushing || d.rng.Intn(4) != 0 {
+			return
+		}
+		if d.rng.Intn(4) == 0 {
+			d.abort()
+		} else {
+			d.flushing = true
+		}
+	case TxnAbortableError:
+		d.abort()
+	}
+}
+
+func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
+	rng := rand.New(rand.NewSource(seed))
+	seq, err := NewSequencer(Config{Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := &mDriver{
+		t: t, rng: rng, seq: seq, led: NewAckLedger(0), byTP: map[TopicPartition]*mPartition{}, faults: true,
+		pending: map[TopicPartition][]int{}, batchRecs: map[BatchRef][]int{}, status: map[int]*recStatus{},
+		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{},
+		stats: map[string]int{},
+	}
+	for _, tp := range []TopicPartition{tp0, tp1, tp2} {
+		m := newMPartition(tp, false)
+		base.parts = append(base.parts, m)
+		base.byTP[tp] = m
+	}
+	coord := &mCoordinator{producer: ProducerID{ID: 500, Epoch: -1}, tv2: rng.Intn(2) == 0, nextPID: 500}
+	if rng.Intn(3) == 0 {
+		coord.producer.Epoch = math.MaxInt16 - 4
+	}
+	tx, err := NewTxnState(TxnConfig{TransactionalID: "model", CoordinatorBumps: true, ImplicitAddPartitions: coord.tv2}, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &txnDriver{mDriver: base, tx: tx, coord: coord, txnOf: map[int]int{}, committed: map[int]bool{},
+		aborted: map[int]bool{}, clientOK: map[int]bool{}}
+	s, err := tx.InitTransactions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.pendingOp = true
+	d.step(s)
+	for i := 0; i < steps; i++ {
+		switch x := rng.Intn(100); {
+		case x < 2:
+			d.zombie()
+		case x < 20:
+			d.answerCoordinator()
+		case x < 30:
+			d.appStep()
+		default:
+			d.produceStep(d.parts[rng.Intn(len(d.parts))].tp)
+		}
+	}
+	// Heal: finish the transaction in progress, then run one more to
+	// completion without faults.
+	d.faults = false
+	for i, began := 0, d.curTxn; ; i++ {
+		if i > 5000 {
+			d.fatalf("no progress: state %v, pending op %v, flushing %v, coordinator request %#v, sequencer pending %d outstanding %d",
+				tx.State(), d.pendingOp, d.flushing, d.coordReq, seq.Pending(), seq.Outstanding())
+		}
+		d.answerCoordinator()
+		for _, m := range d.parts {
+			d.produceStep(m.tp)
+		}
+		d.step(tx.Poll())
+		if d.pendingOp || d.coordReq != nil {
+			continue
+		}
+		switch tx.State() {
+		case TxnReady:
+			if d.curTxn > began+1 || (d.curTxn > began && len(d.clientOK) > 0) {
+				d.verifyTxn()
+				d.stats["txns"] = d.curTxn
+				d.stats["committed"] = len(d.committed)
+				d.stats["aborted"] = len(d.aborted)
+				return d.stats
+			}
+			d.appStep()
+		case TxnInTransaction:
+			d.flushing = true
+		case TxnAbortableError:
+			d.abort()
+		}
+	}
+}
+
+func (d *txnDriver) verifyTxn() {
+	d.t.Helper()
+	if d.coord.fenced > 0 {
+		d.fatalf("the coordinator fenced the only producer %d times", d.coord.fenced)
+	}
+	for k := range d.committed {
+		if !d.clientOK[k] {
+			d.fatalf("transaction %d committed but the client was not told", k)
+		}
+	}
+	for k := range d.clientOK {
+		if d.committed[k] {
+			continue
+		}
+		// Committed locally without EndTxn: only right if nothing of it
+		// reached the coordinator or a partition.
+		for r, tk := range d.txnOf {
+			if tk == k && d.status[r].ackedSeen {
+				d.fatalf("transaction %d reported committed, the coordinator did not commit it, and record %d was acknowledged", k, r)
+			}
+		}
+		d.stats["empty-commit"]++
+	}
+	for _, m := range d.parts {
+		count := map[int]int{}
+		last := 0
+		for _, r := range m.log {
+			if r.rec == 0 || !d.committed[d.txnOf[r.rec]] {
+				continue
+			}
+			if count[r.rec]++; count[r.rec] > 1 {
+				d.fatalf("%v: committed record %d twice", m.tp, r.rec)
+			}
+			if r.rec < last {
+				d.fatalf("%v: committed record %d after %d (order)", m.tp, r.rec, last)
+			}
+			last = r.rec
+		}
+		for r, st := range d.status {
+			if d.recTP[r] != m.tp {
+				continue
+			}
+			if d.committed[d.txnOf[r]] && count[r] != 1 {
+				d.fatalf("%v: record %d of committed transaction %d appears %d times", m.tp, r, d.txnOf[r], count[r])
+			}
+			if st.failed && !st.maybe && slices.ContainsFunc(m.log, func(x mRecord) bool { return x.rec == r }) {
+				d.fatalf("%v: record %d reported certainly not written is in the log", m.tp, r)
+			}
+		}
+	}
+}
+
+func TestTxnModelRandomized(t *testing.T) {
+	seeds := *modelSeeds
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	total := map[string]int{}
+	for seed := *modelFirst; seed < *modelFirst+int64(seeds); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			for k, v := range runTxnModel(t, seed, *modelSteps) {
+				total[k] += v
+			}
+		})
+	}
+	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
+		"pid-rotation", "zombie-fenced"} {
+		if total[k] == 0 {
+			t.Errorf("the model never produced %q (totals %v)", k, total)
+		}
+	}
+	t.Logf("totals over %d seeds: %v", seeds, total)
+}
