@@ -56,6 +56,8 @@ type Consumer struct {
 	bufferFull bool
 	// peakBuffered is the most buffered ever was (for tests).
 	peakBuffered int
+
+	grp *group // group membership and commits (Group option); nil without
 }
 
 // New creates a consumer. It assigns nothing; call Assign.
@@ -93,6 +95,9 @@ func New(opts ...Opt) (*Consumer, error) {
 	c.goFn(c.metadataLoop)
 	c.goFn(c.tickLoop)
 	c.goFn(c.offsets.loop)
+	if c.cfg.group.id != "" {
+		c.grp = newGroup(c)
+	}
 	return c, nil
 }
 
@@ -109,6 +114,9 @@ func (c *Consumer) goFn(fn func()) {
 // (or ctx to expire), and closes the transport and refresher it created.
 // Records buffered and not yet polled are dropped. Close is idempotent.
 func (c *Consumer) Close(ctx context.Context) error {
+	if c.grp != nil {
+		c.grp.close(ctx) // commits, revokes and leaves while the consumer still runs
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -147,6 +155,9 @@ func (c *Consumer) Assign(as ...Assignment) error {
 	defer c.mu.Unlock()
 	if c.closed {
 		return errors.ErrClosed
+	}
+	if c.grp != nil && c.grp.isSubscribed() {
+		return fmt.Errorf("consumer: Assign on a subscribed consumer (the group assigns its partitions)")
 	}
 	want := map[TopicPartition]Start{}
 	for _, a := range as {
@@ -372,10 +383,15 @@ func (c *Consumer) signalLocked() {
 // ctx's error).
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 	for {
+		leave := c.enterPoll() // the session boundary, see group.go
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
+			leave()
 			return Fetches{}, errors.ErrClosed
+		}
+		if c.grp != nil {
+			c.grp.pollStartedLocked()
 		}
 		f := c.collectLocked()
 		wake := c.wake
@@ -386,8 +402,10 @@ func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 					fn(e)
 				}
 			}
+			leave()
 			return f, nil
 		}
+		leave()
 		select {
 		case <-ctx.Done():
 			return Fetches{}, ctx.Err()

@@ -39,6 +39,7 @@ type cfg struct {
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
 	decompressLimit int
+	group           groupCfg
 }
 
 func defaultCfg() cfg {
@@ -56,6 +57,7 @@ func defaultCfg() cfg {
 		maxEpochWaits:   5,
 		metadataMaxAge:  5 * time.Minute,
 		decompressLimit: 256 << 20,
+		group:           defaultGroupCfg(),
 	}
 }
 
@@ -86,7 +88,7 @@ func (c *cfg) validate() error {
 	case c.maxEpochWaits < 1:
 		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
 	}
-	return nil
+	return c.group.validate()
 }
 
 // SeedBrokers sets the brokers to bootstrap from (host:port).

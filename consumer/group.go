@@ -1,0 +1,519 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/metadata"
+	"github.com/kepoch/kepoch/seek"
+)
+
+// Group membership. With Group(id) and Subscribe, the consumer joins the
+// group and consumes what the group assigns it; its loop (one goroutine,
+// started by Subscribe, stopped by Close) speaks the classic or the KIP-848
+// protocol and changes the consumer's partitions incrementally: a partition
+// kept across a rebalance keeps its position, its buffered records and its
+// fetch session.
+//
+// The session boundary. Every change of membership holds the poll gate for
+// writing, while Poll holds it for reading from the moment it collects
+// records until it returns them. A revocation therefore (1) waits until no
+// Poll is between collecting and returning, (2) commits, (3) calls
+// OnRevoked, (4) drops the partitions with their buffered records, all
+// before any Poll can collect again: no record of a revoked partition is
+// returned after its revoke callback. An assignment adds the partitions and
+// calls OnAssigned under the gate too, so no record of them is returned
+// before OnAssigned has run (and possibly seeked). Fetch answers for a
+// dropped partition are ignored by identity (a partition assigned again is
+// a new object with new request ids).
+//
+// At-least-once window. Autocommit, and the commit made when partitions are
+// revoked, store the positions as they were when the most recent Poll
+// began: what the application had been given before its latest Poll call.
+// Records returned by that latest Poll are not committed until the next
+// Poll (or CommitSync, or Close), so an application that processes records
+// between Polls never has a record committed before it was processed. A
+// consumer that crashes, or loses its partitions, re-delivers to the next
+// owner at most the records returned since the last successful commit.
+
+// ErrNoGroup is returned by group operations of a consumer without Group.
+var ErrNoGroup = errors.New("kepoch: consumer has no group (use the Group option)")
+
+// GroupError is a failure of the group protocol: Op is the request
+// ("join", "sync", "heartbeat", "leave", "offset fetch", "assign") and Err
+// its cause (a *kerr.Error for broker error codes, a *GroupDataError for
+// undecodable protocol data). Poll returns them in Fetches.Errors.
+type GroupError struct {
+	Group string
+	Op    string
+	Err   error
+}
+
+func (e *GroupError) Error() string {
+	return fmt.Sprintf("kepoch: group %q: %s: %v", e.Group, e.Op, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *GroupError) Unwrap() error { return e.Err }
+
+// group is a consumer's group membership and commit state.
+type group struct {
+	c   *Consumer
+	cfg *groupCfg
+
+	// ctx ends when Close begins: it stops the member loop and is the
+	// context callbacks get.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// gate is held for reading by Poll from collecting to returning, and
+	// for writing by every membership change (see the package comment on
+	// the session boundary).
+	gate sync.RWMutex
+
+	mu         sync.Mutex // guards the fields below
+	topics     []string   // explicit subscription, sorted
+	regex      *regexp.Regexp
+	subscribed bool
+	loopDone   chan struct{} // closed when the member loop ends; nil before Subscribe
+	memberID   string
+	generation int32 // classic generation or KIP-848 member epoch; -1 when none
+	owned      tpSet
+	rejoin     chan struct{} // capacity 1: the subscription changed
+	closed     bool
+	unwatch    func() // the topics the member loop watches
+	watched    []string
+
+	commits commitQueue
+
+	// Guarded by Consumer.mu:
+	committable map[TopicPartition]Position          // positions when the latest Poll began
+	committed   map[TopicPartition]OffsetAndMetadata // latest known committed, per partition
+	autoBusy    bool                                 // an autocommit is queued or in flight
+}
+
+func newGroup(c *Consumer) *group {
+	g := &group{
+		c:           c,
+		cfg:         &c.cfg.group,
+		generation:  -1,
+		owned:       tpSet{},
+		rejoin:      make(chan struct{}, 1),
+		committable: map[TopicPartition]Position{},
+		committed:   map[TopicPartition]OffsetAndMetadata{},
+	}
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	g.commits.wake = make(chan struct{}, 1)
+	c.goFn(g.commitLoop)
+	if g.cfg.autoCommit {
+		c.goFn(g.autoCommitLoop)
+	}
+	return g
+}
+
+// Subscribe makes the consumer consume topics as a member of its group
+// (the Group option): the group assigns it partitions, which start at the
+// group's committed positions (validated against the leader with their
+// leader epochs before anything is fetched) or at NoCommitStart. Calling it
+// again replaces the subscription and rejoins. Assign cannot be used on a
+// subscribed consumer.
+func (c *Consumer) Subscribe(topics ...string) error {
+	if len(topics) == 0 {
+		return fmt.Errorf("consumer: Subscribe without topics")
+	}
+	ts := slices.Clone(topics)
+	sort.Strings(ts)
+	ts = slices.Compact(ts)
+	for _, t := range ts {
+		if t == "" || !validGroupString(t) {
+			return fmt.Errorf("consumer: invalid topic %q", t)
+		}
+	}
+	return c.subscribe(ts, nil)
+}
+
+// SubscribeRegex subscribes to every topic whose whole name matches expr (Go
+// RE2 syntax), as found in cluster metadata every MetadataMaxAge; internal
+// topics are never matched. See Subscribe.
+func (c *Consumer) SubscribeRegex(expr string) error {
+	re, err := regexp.Compile("^(?:" + expr + ")$")
+	if err != nil {
+		return fmt.Errorf("consumer: SubscribeRegex: %w", err)
+	}
+	return c.subscribe(nil, re)
+}
+
+func (c *Consumer) subscribe(topics []string, re *regexp.Regexp) error {
+	g := c.grp
+	if g == nil {
+		return ErrNoGroup
+	}
+	c.mu.Lock()
+	closed, manual := c.closed, len(c.parts) > 0
+	c.mu.Unlock()
+	if closed {
+		return errors.ErrClosed
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errors.ErrClosed
+	}
+	if manual && !g.subscribed {
+		return fmt.Errorf("consumer: Subscribe after Assign (a consumer is either assigned by hand or by its group)")
+	}
+	g.topics, g.regex = topics, re
+	if g.subscribed {
+		select {
+		case g.rejoin <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	g.subscribed = true
+	g.loopDone = make(chan struct{})
+	done := g.loopDone
+	c.goFn(func() {
+		defer close(done)
+		if g.cfg.protocol == ProtocolConsumer {
+			g.runConsumer()
+		} else {
+			g.runClassic()
+		}
+	})
+	return nil
+}
+
+// isSubscribed reports whether Subscribe was called.
+func (g *group) isSubscribed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.subscribed
+}
+
+// Member returns the consumer's group member id and generation (the KIP-848
+// member epoch under ProtocolConsumer); "" and -1 when it is not a member.
+func (c *Consumer) Member() (memberID string, generation int32) {
+	if c.grp == nil {
+		return "", -1
+	}
+	c.grp.mu.Lock()
+	defer c.grp.mu.Unlock()
+	return c.grp.memberID, c.grp.generation
+}
+
+// enterPoll takes the poll gate for reading; the returned function
+// releases it.
+func (c *Consumer) enterPoll() func() {
+	g := c.grp
+	if g == nil {
+		return func() {}
+	}
+	g.gate.RLock()
+	return g.gate.RUnlock
+}
+
+// pollStartedLocked records the committable positions: those of every
+// fetching partition as a Poll begins.
+func (g *group) pollStartedLocked() {
+	for tp, p := range g.c.parts {
+		if p.m.State() != seek.StateFetching {
+			continue
+		}
+		if pos, ok := p.m.Position(); ok {
+			g.committable[tp] = pos
+		}
+	}
+}
+
+// surface hands err to the application through Poll.
+func (g *group) surface(op string, err error) {
+	c := g.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs = append(c.errs, &GroupError{Group: g.cfg.id, Op: op, Err: err})
+	c.signalLocked()
+}
+
+// ownedSet returns a copy of the partitions the member owns.
+func (g *group) ownedSet() tpSet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(tpSet, len(g.owned))
+	for tp := range g.owned {
+		out.add(tp)
+	}
+	return out
+}
+
+// assignParts starts partitions the group assigned: their committed
+// positions are read first (with their leader epochs, so that they are
+// validated before fetching), then they are added and OnAssigned runs,
+// under the gate. It returns ctx's error if the positions could not be read
+// before ctx ended; nothing is added then.
+func (g *group) assignParts(ctx context.Context, tps tpSet) error {
+	if len(tps) == 0 {
+		return nil
+	}
+	list := tps.sorted()
+	committed, err := g.fetchCommittedRetry(ctx, list)
+	if err != nil {
+		return err
+	}
+	g.gate.Lock()
+	defer g.gate.Unlock()
+	c := g.c
+	c.mu.Lock()
+	starts := make(map[TopicPartition]Start, len(list))
+	for _, tp := range list {
+		om, ok := committed[tp]
+		if ok && om.Offset >= 0 {
+			starts[tp] = AtEpoch(om.Offset, om.LeaderEpoch)
+			g.committed[tp] = om
+		} else {
+			starts[tp] = g.cfg.noCommitStart
+			delete(g.committed, tp)
+		}
+		delete(g.committable, tp)
+	}
+	err = c.addPartsLocked(starts)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	for _, tp := range list {
+		g.owned.add(tp)
+	}
+	g.mu.Unlock()
+	if fn := g.cfg.onAssigned; fn != nil {
+		fn(ctx, list)
+	}
+	return nil
+}
+
+// revokeParts gives up partitions: under the gate, their buffered records
+// are dropped, autocommit commits their committable positions (when commit
+// is set), OnRevoked (or OnLost when lost) runs, and they are removed.
+func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
+	if len(tps) == 0 {
+		return
+	}
+	list := tps.sorted()
+	g.gate.Lock()
+	defer g.gate.Unlock()
+	c := g.c
+	c.mu.Lock()
+	for _, tp := range list {
+		if p := c.parts[tp]; p != nil {
+			c.dropBufferLocked(p)
+		}
+	}
+	c.mu.Unlock()
+	if commit && g.cfg.autoCommit {
+		if offs := g.autoOffsets(list); len(offs) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
+			_ = g.commitWait(cctx, offs)
+			cancel()
+		}
+	}
+	fn := g.cfg.onRevoked
+	if lost {
+		fn = g.cfg.onLost
+	}
+	if fn != nil {
+		fn(ctx, list)
+	}
+	c.mu.Lock()
+	c.removePartsLocked(list)
+	for _, tp := range list {
+		delete(g.committable, tp)
+		delete(g.committed, tp)
+	}
+	c.mu.Unlock()
+	g.mu.Lock()
+	for _, tp := range list {
+		delete(g.owned, tp)
+	}
+	g.mu.Unlock()
+}
+
+// addPartsLocked starts the given partitions at their starts; partitions
+// already assigned restart there, the others are untouched (unlike Assign,
+// which replaces the whole set).
+func (c *Consumer) addPartsLocked(starts map[TopicPartition]Start) error {
+	if c.closed {
+		return errors.ErrClosed
+	}
+	for tp, start := range starts {
+		p := c.parts[tp]
+		if p == nil {
+			var err error
+			if p, err = c.newPart(tp); err != nil {
+				return err
+			}
+			c.parts[tp] = p
+			if _, ok := c.watching[tp.Topic]; !ok {
+				c.watching[tp.Topic] = c.meta.Watch(tp.Topic)
+			}
+			if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
+				c.stepLocked(p, leaderChanged(mp))
+			}
+		}
+		c.dropBufferLocked(p)
+		c.stepLocked(p, seek.Assigned{Start: start})
+	}
+	c.meta.Trigger(metadata.ReasonWatch)
+	c.signalLocked()
+	return nil
+}
+
+// removePartsLocked drops partitions with their buffered records, leaving
+// the others untouched.
+func (c *Consumer) removePartsLocked(tps []TopicPartition) {
+	for _, tp := range tps {
+		p := c.parts[tp]
+		if p == nil {
+			continue
+		}
+		p.revoke()
+		c.dropBufferLocked(p)
+		delete(c.parts, tp)
+	}
+	still := map[string]bool{}
+	for tp := range c.parts {
+		still[tp.Topic] = true
+	}
+	for _, tp := range tps {
+		if unwatch, ok := c.watching[tp.Topic]; ok && !still[tp.Topic] {
+			unwatch()
+			delete(c.watching, tp.Topic)
+		}
+	}
+}
+
+// watch makes the refresher keep topics fresh (the subscription, and for a
+// leader every member's), replacing what the member watched before.
+func (g *group) watch(topics []string) {
+	ts := slices.Clone(topics)
+	sort.Strings(ts)
+	ts = slices.Compact(ts)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if slices.Equal(ts, g.watched) {
+		return
+	}
+	old := g.unwatch
+	g.unwatch, g.watched = g.c.meta.Watch(ts...), ts
+	if old != nil {
+		old()
+	}
+}
+
+// partitionCounts returns the partition count of each topic the refresher
+// knows; it refreshes once (bounded by a few seconds) if some are unknown.
+// Unknown topics are left out.
+func (g *group) partitionCounts(ctx context.Context, topics []string) map[string]int32 {
+	out := map[string]int32{}
+	missing := false
+	for _, t := range topics {
+		if tm, err := g.c.meta.Topic(t); err == nil && len(tm.Partitions) > 0 {
+			out[t] = int32(len(tm.Partitions))
+		} else {
+			missing = true
+		}
+	}
+	if !missing {
+		return out
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_ = g.c.meta.Refresh(rctx, metadata.ReasonWatch)
+	cancel()
+	for _, t := range topics {
+		if tm, err := g.c.meta.Topic(t); err == nil && len(tm.Partitions) > 0 {
+			out[t] = int32(len(tm.Partitions))
+		}
+	}
+	return out
+}
+
+// close ends the membership for Close: the member loop stops, autocommit
+// commits every position Poll returned, OnRevoked runs for what the member
+// owns, and a dynamic member leaves the group.
+func (g *group) close(ctx context.Context) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	done := g.loopDone
+	g.mu.Unlock()
+	g.cancel(errors.ErrClosed)
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	if g.cfg.autoCommit {
+		if offs := g.consumedOffsets(); len(offs) > 0 {
+			_ = g.commitWait(ctx, offs)
+		}
+	}
+	g.mu.Lock()
+	subscribed, member := g.subscribed, g.memberID
+	unwatch := g.unwatch
+	g.unwatch = nil
+	g.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
+	if !subscribed {
+		return
+	}
+	// Everything was committed above: the revoke commits nothing more
+	// (its committable positions may be older).
+	g.revokeParts(ctx, g.ownedSet(), false, false)
+	if g.cfg.leaveOnClose && member != "" {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if g.cfg.protocol == ProtocolConsumer {
+			g.leaveConsumer(lctx)
+		} else {
+			g.leaveClassic(lctx)
+		}
+		cancel()
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// codeErr returns the error for a Kafka error code (nil for 0).
+func codeErr(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return errors.FromCode(code)
+}
+
+// isCode reports whether err carries Kafka error e.
+func isCode(err error, e *kerr.Error) bool { return errors.Is(err, e) }

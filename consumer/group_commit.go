@@ -1,0 +1,552 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/seek"
+)
+
+// Commits. Every commit (CommitSync, CommitAsync, autocommit, the commit
+// of revoked partitions and the last one on Close) goes through one queue
+// served by one goroutine, so commits reach the coordinator in the order
+// they were made and a later commit never overtakes an earlier one.
+// Each committed offset carries the leader epoch of the record before it
+// (OffsetCommit v6+), so a consumer restarting from it validates it against
+// the leader before fetching (KIP-320).
+//
+// Hygiene (peers.md §5 item 9): autocommit commits only partitions that
+// are fetching (never one awaiting validation, resetting or halted), and
+// only what Poll returned; an explicit commit of an offset past the
+// position of a partition awaiting validation or halted is refused with
+// ErrCommitPendingValidation; a commit without a leader epoch is reported
+// to OnCommitWithoutEpoch and, with RefuseCommitsWithoutEpoch, refused with
+// ErrCommitWithoutEpoch.
+
+// ErrCommitWithoutEpoch refuses a commit whose offset has no leader epoch
+// (RefuseCommitsWithoutEpoch).
+var ErrCommitWithoutEpoch = errors.New("kepoch: commit without a leader epoch refused")
+
+// ErrCommitPendingValidation refuses a commit past the position of a
+// partition whose position is not validated (awaiting validation or
+// reset) or that halted on a truncation.
+var ErrCommitPendingValidation = errors.New("kepoch: commit past a position awaiting validation refused")
+
+// commitReq is one queued commit.
+type commitReq struct {
+	ctx     context.Context
+	offsets map[TopicPartition]OffsetAndMetadata
+	pre     []error // partitions refused before sending
+	done    func(map[TopicPartition]OffsetAndMetadata, error)
+}
+
+// commitQueue is the FIFO of commits the commit loop serves.
+type commitQueue struct {
+	mu   sync.Mutex
+	q    []*commitReq
+	wake chan struct{} // capacity 1
+}
+
+func (g *group) enqueue(r *commitReq) {
+	g.commits.mu.Lock()
+	g.commits.q = append(g.commits.q, r)
+	g.commits.mu.Unlock()
+	select {
+	case g.commits.wake <- struct{}{}:
+	default:
+	}
+}
+
+// commitLoop sends queued commits one at a time, in order. When the
+// consumer closes, commits still queued fail with ErrClosed.
+func (g *group) commitLoop() {
+	c := g.c
+	for {
+		g.commits.mu.Lock()
+		var r *commitReq
+		if len(g.commits.q) > 0 {
+			r = g.commits.q[0]
+			g.commits.q = g.commits.q[1:]
+		}
+		g.commits.mu.Unlock()
+		if r == nil {
+			select {
+			case <-c.ctx.Done():
+				g.commits.mu.Lock()
+				q := g.commits.q
+				g.commits.q = nil
+				g.commits.mu.Unlock()
+				for _, r := range q {
+					r.done(nil, errors.ErrClosed)
+				}
+				return
+			case <-g.commits.wake:
+			}
+			continue
+		}
+		var err error
+		switch {
+		case r.ctx.Err() != nil:
+			err = r.ctx.Err()
+		case c.ctx.Err() != nil:
+			err = errors.ErrClosed
+		case len(r.offsets) > 0:
+			ctx, cancel := context.WithCancel(r.ctx)
+			stop := context.AfterFunc(c.ctx, cancel)
+			err = g.sendCommit(ctx, r.offsets)
+			stop()
+			cancel()
+		}
+		r.done(r.offsets, errors.Join(append(r.pre, err)...))
+	}
+}
+
+// commitWait queues offsets and waits for the answer or ctx.
+func (g *group) commitWait(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+	res := make(chan error, 1)
+	g.enqueue(&commitReq{ctx: ctx, offsets: offsets, done: func(_ map[TopicPartition]OffsetAndMetadata, err error) { res <- err }})
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CommitSync commits offsets to the group and waits for the coordinator's
+// answer. A nil map commits every position Poll has returned (Consumed).
+// The error joins a *errors.PartitionError (Op "commit") per partition that
+// failed or was refused; the other partitions were committed.
+func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+	g := c.grp
+	if g == nil {
+		return ErrNoGroup
+	}
+	if offsets == nil {
+		offsets = g.consumedOffsets()
+	}
+	ok, refused := g.screen(offsets)
+	if len(ok) == 0 {
+		return errors.Join(refused...)
+	}
+	return errors.Join(append(refused, g.commitWait(ctx, ok))...)
+}
+
+// CommitAsync queues a commit of offsets (nil: everything Poll has
+// returned) and returns at once. done, if not nil, is called with the
+// offsets sent and the result once the coordinator answered; done
+// callbacks run one at a time, in the order of the commits, on the
+// consumer's commit goroutine, and must not block.
+func (c *Consumer) CommitAsync(offsets map[TopicPartition]OffsetAndMetadata, done func(map[TopicPartition]OffsetAndMetadata, error)) {
+	g := c.grp
+	if done == nil {
+		done = func(map[TopicPartition]OffsetAndMetadata, error) {}
+	}
+	if g == nil {
+		done(nil, ErrNoGroup)
+		return
+	}
+	if offsets == nil {
+		offsets = g.consumedOffsets()
+	}
+	ok, refused := g.screen(offsets)
+	g.enqueue(&commitReq{ctx: context.Background(), offsets: ok, pre: refused, done: done})
+}
+
+// Consumed returns what CommitSync(ctx, nil) commits: for every fetching
+// partition, the position Poll has returned (next offset and the leader
+// epoch of the last record), unless the group already stores exactly that.
+func (c *Consumer) Consumed() map[TopicPartition]OffsetAndMetadata {
+	if c.grp == nil {
+		return nil
+	}
+	return c.grp.consumedOffsets()
+}
+
+// Committed reads the group's committed offsets of the partitions, with
+// their leader epochs (OffsetFetch v5+). Partitions without a commit are
+// left out.
+func (c *Consumer) Committed(ctx context.Context, tps ...TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
+	g := c.grp
+	if g == nil {
+		return nil, ErrNoGroup
+	}
+	all, err := g.fetchCommitted(ctx, tps)
+	if err != nil {
+		return nil, err
+	}
+	out := map[TopicPartition]OffsetAndMetadata{}
+	for tp, om := range all {
+		if om.Offset >= 0 {
+			out[tp] = om
+		}
+	}
+	return out, nil
+}
+
+func commitErr(tp TopicPartition, om OffsetAndMetadata, err error) error {
+	return &errors.PartitionError{Op: "commit", Topic: tp.Topic, Partition: tp.Partition, Offset: om.Offset, LeaderEpoch: om.LeaderEpoch, Err: err}
+}
+
+// screen applies commit hygiene to explicit offsets: it returns those to
+// send and an error per refused partition.
+func (g *group) screen(offsets map[TopicPartition]OffsetAndMetadata) (map[TopicPartition]OffsetAndMetadata, []error) {
+	c := g.c
+	ok := make(map[TopicPartition]OffsetAndMetadata, len(offsets))
+	var refused []error
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for tp, om := range offsets {
+		if tp.Topic == "" || tp.Partition < 0 || om.Offset < 0 {
+			refused = append(refused, commitErr(tp, om, fmt.Errorf("invalid commit")))
+			continue
+		}
+		if p := c.parts[tp]; p != nil {
+			switch p.m.State() {
+			case seek.StateAwaitingValidation, seek.StateAwaitingReset, seek.StateHalted, seek.StateInitializing:
+				if pos, has := p.m.Position(); !has || om.Offset > pos.Offset {
+					refused = append(refused, commitErr(tp, om, ErrCommitPendingValidation))
+					continue
+				}
+			}
+		}
+		if om.LeaderEpoch < 0 && g.cfg.refuseEpochless {
+			refused = append(refused, commitErr(tp, om, ErrCommitWithoutEpoch))
+			continue
+		}
+		ok[tp] = om
+	}
+	return ok, refused
+}
+
+// wantCommitLocked reports whether pos should be committed for tp: it
+// differs from what the group stores, and it has an epoch or epoch-less
+// commits are allowed.
+func (g *group) wantCommitLocked(tp TopicPartition, pos Position) (OffsetAndMetadata, bool) {
+	om := OffsetAndMetadata{Offset: pos.Offset, LeaderEpoch: pos.Epoch}
+	if prev, ok := g.committed[tp]; ok && prev.Offset == om.Offset && prev.LeaderEpoch == om.LeaderEpoch {
+		return om, false
+	}
+	if om.LeaderEpoch < 0 && g.cfg.refuseEpochless {
+		return om, false
+	}
+	return om, true
+}
+
+// consumedOffsets returns the current positions of the fetching partitions
+// that are worth committing.
+func (g *group) consumedOffsets() map[TopicPartition]OffsetAndMetadata {
+	c := g.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[TopicPartition]OffsetAndMetadata{}
+	for tp, p := range c.parts {
+		if p.m.State() != seek.StateFetching {
+			continue
+		}
+		if pos, ok := p.m.Position(); ok {
+			if om, want := g.wantCommitLocked(tp, pos); want {
+				out[tp] = om
+			}
+		}
+	}
+	return out
+}
+
+// autoOffsets returns the committable positions (as of the latest Poll)
+// of tps (nil: every partition) that are fetching and worth committing.
+func (g *group) autoOffsets(tps []TopicPartition) map[TopicPartition]OffsetAndMetadata {
+	c := g.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return g.autoOffsetsLocked(tps)
+}
+
+func (g *group) autoOffsetsLocked(tps []TopicPartition) map[TopicPartition]OffsetAndMetadata {
+	c := g.c
+	if tps == nil {
+		for tp := range g.committable {
+			tps = append(tps, tp)
+		}
+	}
+	out := map[TopicPartition]OffsetAndMetadata{}
+	for _, tp := range tps {
+		p, pos, ok := c.parts[tp], Position{}, false
+		if p != nil {
+			pos, ok = g.committable[tp]
+		}
+		if !ok || p.m.State() != seek.StateFetching {
+			continue
+		}
+		if om, want := g.wantCommitLocked(tp, pos); want {
+			out[tp] = om
+		}
+	}
+	return out
+}
+
+// autoCommitLoop commits the committable positions every interval, one
+// autocommit at a time. It ends when Close begins (Close commits last).
+func (g *group) autoCommitLoop() {
+	c := g.c
+	t := time.NewTicker(g.cfg.autoCommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		var offs map[TopicPartition]OffsetAndMetadata
+		if !g.autoBusy {
+			offs = g.autoOffsetsLocked(nil)
+			g.autoBusy = len(offs) > 0
+		}
+		c.mu.Unlock()
+		if len(offs) == 0 {
+			continue
+		}
+		g.enqueue(&commitReq{ctx: g.ctx, offsets: offs, done: func(_ map[TopicPartition]OffsetAndMetadata, err error) {
+			c.mu.Lock()
+			g.autoBusy = false
+			c.mu.Unlock()
+			if err != nil && !quietCommitErr(err) && g.ctx.Err() == nil {
+				g.surface("autocommit", err)
+			}
+		}})
+	}
+}
+
+// quietCommitErr reports whether an autocommit failure is expected to heal
+// by itself (a rebalance, a retriable error): it is not surfaced.
+func quietCommitErr(err error) bool {
+	for _, e := range []*kerr.Error{kerr.RebalanceInProgress, kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.StaleMemberEpoch, kerr.FencedMemberEpoch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return errors.IsRetriable(err) || errors.Is(err, context.Canceled) || errors.Is(err, errors.ErrClosed)
+}
+
+// offsetCommitByName is an OffsetCommit that names its topics: kgo
+// negotiates it at v9 at most (v10 replaced names with topic IDs).
+type offsetCommitByName struct{ *kmsg.OffsetCommitRequest }
+
+func (offsetCommitByName) MaxVersion() int16 { return 9 }
+
+// sendCommit sends one OffsetCommit (v6+ carries the leader epochs) and
+// records what was stored. A KIP-848 member whose epoch went stale retries
+// with the epoch its next heartbeat learns.
+func (g *group) sendCommit(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+	if fn := g.cfg.onEpochless; fn != nil {
+		for _, tp := range sortedKeys(offsets) {
+			if om := offsets[tp]; om.LeaderEpoch < 0 {
+				fn(tp, om)
+			}
+		}
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		var stale bool
+		stale, err = g.sendCommitOnce(ctx, offsets)
+		if !stale || attempt >= 5 || !sleep(ctx, 200*time.Millisecond) {
+			return err
+		}
+	}
+}
+
+func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
+	out := make([]TopicPartition, 0, len(m))
+	for tp := range m {
+		out = append(out, tp)
+	}
+	sortTPs(out)
+	return out
+}
+
+func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) (stale bool, err error) {
+	c := g.c
+	g.mu.Lock()
+	gen, member, subscribed := g.generation, g.memberID, g.subscribed
+	g.mu.Unlock()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = g.cfg.id
+	req.Generation = -1
+	if subscribed {
+		req.Generation, req.MemberID, req.InstanceID = gen, member, g.cfg.instanceID
+	}
+	byID := true
+	names := map[[16]byte]string{}
+	idx := map[string]int{}
+	for _, tp := range sortedKeys(offsets) {
+		om := offsets[tp]
+		i, ok := idx[tp.Topic]
+		if !ok {
+			t := kmsg.NewOffsetCommitRequestTopic()
+			t.Topic = tp.Topic
+			if tm, err := c.meta.Topic(tp.Topic); err == nil && tm.ID != ([16]byte{}) {
+				t.TopicID = tm.ID
+				names[t.TopicID] = tp.Topic
+			} else {
+				byID = false
+			}
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[tp.Topic] = i
+		}
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Partition = tp.Partition
+		p.Offset = om.Offset
+		p.LeaderEpoch = om.LeaderEpoch
+		md := om.Metadata
+		p.Metadata = &md
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	var resp *kmsg.OffsetCommitResponse
+	if byID {
+		resp, err = req.RequestWith(ctx, c.cl)
+	} else {
+		var kr kmsg.Response
+		if kr, err = c.cl.Request(ctx, offsetCommitByName{req}); err == nil {
+			resp = kr.(*kmsg.OffsetCommitResponse)
+		}
+	}
+	if err != nil {
+		var errs []error
+		for _, tp := range sortedKeys(offsets) {
+			errs = append(errs, commitErr(tp, offsets[tp], err))
+		}
+		return false, errors.Join(errs...)
+	}
+	var errs []error
+	answered := map[TopicPartition]bool{}
+	c.mu.Lock()
+	for _, t := range resp.Topics {
+		name := t.Topic
+		if name == "" {
+			name = names[t.TopicID]
+		}
+		for _, rp := range t.Partitions {
+			tp := TopicPartition{name, rp.Partition}
+			om, ok := offsets[tp]
+			if !ok || answered[tp] {
+				continue
+			}
+			answered[tp] = true
+			if rp.ErrorCode != 0 {
+				stale = stale || rp.ErrorCode == kerr.StaleMemberEpoch.Code
+				errs = append(errs, commitErr(tp, om, errors.FromCode(rp.ErrorCode)))
+				continue
+			}
+			g.committed[tp] = om
+		}
+	}
+	c.mu.Unlock()
+	for _, tp := range sortedKeys(offsets) {
+		if !answered[tp] {
+			errs = append(errs, commitErr(tp, offsets[tp], fmt.Errorf("partition missing from the OffsetCommit answer")))
+		}
+	}
+	return stale, errors.Join(errs...)
+}
+
+// fetchCommitted reads committed offsets (OffsetFetch, require_stable) of
+// tps. A partition without a commit has offset -1.
+func (g *group) fetchCommitted(ctx context.Context, tps []TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
+	c := g.c
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = g.cfg.id
+	req.RequireStable = true
+	idx := map[string]int{}
+	sorted := append([]TopicPartition(nil), tps...)
+	sortTPs(sorted)
+	for _, tp := range sorted {
+		i, ok := idx[tp.Topic]
+		if !ok {
+			t := kmsg.NewOffsetFetchRequestTopic()
+			t.Topic = tp.Topic
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[tp.Topic] = i
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: err}
+	}
+	if err := codeErr(resp.ErrorCode); err != nil {
+		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: err}
+	}
+	want := map[TopicPartition]bool{}
+	for _, tp := range tps {
+		want[tp] = true
+	}
+	out := map[TopicPartition]OffsetAndMetadata{}
+	var errs []error
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			tp := TopicPartition{t.Topic, rp.Partition}
+			if !want[tp] {
+				continue
+			}
+			if rp.ErrorCode != 0 {
+				errs = append(errs, &errors.PartitionError{Op: "offset fetch", Topic: tp.Topic, Partition: tp.Partition,
+					Offset: -1, LeaderEpoch: -1, Err: errors.FromCode(rp.ErrorCode)})
+				continue
+			}
+			om := OffsetAndMetadata{Offset: rp.Offset, LeaderEpoch: rp.LeaderEpoch}
+			if rp.Metadata != nil {
+				om.Metadata = *rp.Metadata
+			}
+			if om.Offset < 0 {
+				om = OffsetAndMetadata{Offset: -1, LeaderEpoch: -1}
+			}
+			out[tp] = om
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for tp := range want {
+		if _, ok := out[tp]; !ok {
+			return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: fmt.Errorf("partition %v missing from the answer", tp)}
+		}
+	}
+	return out, nil
+}
+
+// fetchCommittedRetry reads committed offsets until it succeeds or ctx
+// ends. Retriable failures (UNSTABLE_OFFSET_COMMIT while a transaction's
+// offsets are pending, a coordinator moving) are retried quietly; others
+// are surfaced to Poll once each and retried more slowly.
+func (g *group) fetchCommittedRetry(ctx context.Context, tps []TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
+	var last string
+	for {
+		out, err := g.fetchCommitted(ctx, tps)
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		wait := g.c.cfg.tick
+		if !errors.IsRetriable(err) && !errors.Is(err, kerr.UnstableOffsetCommit) {
+			if s := err.Error(); s != last {
+				last = s
+				g.surface("offset fetch", err)
+			}
+			wait = time.Second
+		}
+		if !sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
