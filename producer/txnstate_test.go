@@ -538,3 +538,67 @@ func TestTxnTransitions(t *testing.T) {
 		t.Fatal("state names")
 	}
 }
+
+// TestTxnEmptyTransactionEndsLocally: a transaction that never reached the
+// coordinator is ended without EndTxn (which would be refused in state
+// Empty).
+func TestTxnEmptyTransactionEndsLocally(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		if err := h.tx.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		var step TxnStep
+		var err error
+		if commit {
+			step, err = h.tx.Commit()
+		} else {
+			step, err = h.tx.Abort()
+		}
+		if err != nil || !step.Done || step.Err != nil || step.Send != nil || h.tx.State() != TxnReady {
+			t.Fatalf("commit=%v: %+v %v %v", commit, step, err, h.tx.State())
+		}
+	}
+}
+
+// TestTxnUncertainStart: an AddPartitionsToTxn without an answer may have
+// started the transaction, so the abort sends EndTxn; INVALID_TXN_STATE then
+// means it never started: ended, with a bump to leave no doubt.
+func TestTxnUncertainStart(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.tx.Begin()
+	step, _ := h.tx.AddPartition(tp0)
+	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+	step, _ = h.tx.HandleAddPartitions(NoResponse, nil)
+	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+	step, err := h.tx.Abort()
+	if err != nil || step.Send != nil {
+		t.Fatalf("abort with an add on the wire: %+v %v", step, err)
+	}
+	step, _ = h.tx.HandleAddPartitions(NoResponse, nil)
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	step = h.endTxn(EndTxnResult{Code: kerr.InvalidTxnState.Code})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
+	if !step.Done || h.tx.State() != TxnReady {
+		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+}
+
+// TestTxnV2AbortAfterUnconfirmedProduce: with implicit adds, a batch sent
+// may have started the transaction, so the abort sends EndTxn (a V2
+// coordinator accepts aborting an empty transaction) and adopts the next
+// epoch it returns.
+func TestTxnV2AbortAfterUnconfirmedProduce(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true, ImplicitAddPartitions: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, ProduceResult{Delivery: NoResponse})
+	step, _ := h.tx.Abort()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	next := ProducerID{pid.ID, pid.Epoch + 1}
+	step = h.endTxn(EndTxnResult{Producer: next})
+	if !step.Done || h.seq.Producer() != next || h.tx.State() != TxnReady {
+		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+}
