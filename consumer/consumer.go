@@ -85,6 +85,7 @@ func New(opts ...Opt) (*Consumer, error) {
 		c.meta = metadata.NewRefresher(c.cl, metadata.MaxAge(c.cfg.metadataMaxAge))
 		c.ownMeta = true
 	}
+	c.dec = c.decompressor()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.parts = map[TopicPartition]*part{}
 	c.watching = map[string]func(){}

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kepoch/kepoch/internal/batch"
 	"github.com/kepoch/kepoch/seek"
 )
 
@@ -22,6 +23,8 @@ type fetcher struct {
 	// reserved is the buffer space reserved for the answer of the fetch
 	// in flight (guarded by Consumer.mu).
 	reserved int
+	// it decodes the answers (used by the fetch loop alone).
+	it batch.Iterator
 }
 
 // fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
@@ -207,6 +210,35 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	}
 	cancel()
 
+	// Decode the answer's records here, without the lock: Poll then only
+	// steps them into the machines, and the brokers' answers are decoded
+	// in parallel, while the application works.
+	names := map[[16]byte]string{}
+	for tp, w := range want {
+		names[w.topicID] = tp.Topic
+	}
+	var decs map[TopicPartition]*decoded
+	if err == nil && resp.ErrorCode == 0 {
+		for i := range resp.Topics {
+			t := &resp.Topics[i]
+			name := t.Topic
+			if name == "" {
+				name = names[t.TopicID]
+			}
+			for j := range t.Partitions {
+				rp := &t.Partitions[j]
+				tp := TopicPartition{name, rp.Partition}
+				if _, ok := parts[tp]; !ok || rp.ErrorCode != 0 || rp.DivergingEpoch.Epoch >= 0 || len(rp.RecordBatches) == 0 {
+					continue
+				}
+				if decs == nil {
+					decs = map[TopicPartition]*decoded{}
+				}
+				decs[tp] = c.decode(&f.it, tp, rp, want[tp].offset)
+			}
+		}
+	}
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reserved -= f.reserved
@@ -241,10 +273,6 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		return
 	}
 	f.session.answered(pl, want, resp.SessionID)
-	names := map[[16]byte]string{}
-	for tp, w := range want {
-		names[w.topicID] = tp.Topic
-	}
 	for i := range resp.Topics {
 		t := &resp.Topics[i]
 		name := t.Topic
@@ -259,7 +287,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 				continue // a session partition we no longer ask for
 			}
 			delete(parts, tp)
-			f.answerLocked(in, rp)
+			f.answerLocked(in, rp, decs[tp])
 		}
 	}
 	// Partitions the answer left out (an incremental session omits those
@@ -273,7 +301,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 }
 
 // answerLocked handles one partition of a Fetch answer.
-func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition) {
+func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition, d *decoded) {
 	c := f.c
 	p := in.p
 	if c.parts[p.tp] != p {
@@ -299,7 +327,7 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		return
 	}
 	c.dropBufferLocked(p)
-	p.buf = &fetched{req: in.req, rp: *rp, size: len(rp.RecordBatches)}
+	p.buf = &fetched{req: in.req, size: len(rp.RecordBatches), d: d}
 	c.buffered += p.buf.size
 	c.peakBuffered = max(c.peakBuffered, c.buffered)
 	c.ready = append(c.ready, p)

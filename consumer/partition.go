@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"bytes"
+	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,11 +36,29 @@ type part struct {
 	nearest chan Position
 }
 
-// fetched is one partition's Fetch answer with data, held for Poll.
+// fetched is one partition's Fetch answer with data, decoded by its fetch
+// loop and held for Poll.
 type fetched struct {
 	req  seek.RequestID
-	rp   kmsg.FetchResponseTopicPartition
-	size int
+	size int // bytes of the answer's record batches
+	d    *decoded
+}
+
+// countRecords adds up the record counts of the batch headers in b, bounded
+// by len(b) so that a corrupt count cannot make Poll allocate much.
+func countRecords(b []byte) int {
+	n, size := 0, len(b)
+	for len(b) >= batch.HeaderSize {
+		length := int(int32(binary.BigEndian.Uint32(b[8:])))
+		if length < batch.HeaderSize-batch.LogOverhead || batch.LogOverhead+length > len(b) {
+			break
+		}
+		if k := int(int32(binary.BigEndian.Uint32(b[57:]))); k > 0 {
+			n += k
+		}
+		b = b[batch.LogOverhead+length:]
+	}
+	return min(n, size)
 }
 
 func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
@@ -147,28 +167,97 @@ func refreshReason(r seek.RefreshReason) metadata.Reason {
 	}
 }
 
+// decoded is a partition's Fetch answer, decoded by its fetch loop without
+// the lock: its records, and per batch its offsets and leader epoch (which
+// Poll steps into the machine when it delivers them).
+type decoded struct {
+	records []Record
+	spans   []span
+	err     error // the decode error that ended the answer, if any
+}
+
+// span is one decoded batch: its offsets and leader epoch, and its records
+// in decoded.records.
+type span struct {
+	base, last int64
+	epoch      int32
+	from, to   int
+}
+
+// decode decodes the record batches of rp, a Fetch answer for tp that asked
+// from offset start (records below it are left out). It runs in the fetch
+// loop, without the lock: nothing it reads is shared.
+func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
+	d := &decoded{records: make([]Record, 0, countRecords(rp.RecordBatches))}
+	it.ResetFetch(rp, batch.Options{
+		Topic:         tp.Topic,
+		StartOffset:   start,
+		ReadCommitted: c.cfg.readCommitted,
+		Decompressor:  c.dec,
+	})
+	for it.Next() {
+		bt := it.Batch()
+		h := &bt.Header
+		// Keys and values of an uncompressed batch alias the answer,
+		// which nothing reuses; those of a compressed one alias the
+		// iterator's decompression buffer, reused by the next batch:
+		// they are copied out, into one allocation per batch.
+		var arena []byte
+		if h.Attributes.Codec() != compress.None && len(bt.Records) > 0 {
+			k := 0
+			for i := range bt.Records {
+				k += len(bt.Records[i].Key) + len(bt.Records[i].Value)
+			}
+			arena = make([]byte, 0, k)
+		}
+		sp := span{base: h.BaseOffset, last: h.BaseOffset + int64(h.LastOffsetDelta), epoch: h.PartitionLeaderEpoch, from: len(d.records)}
+		d.records = slices.Grow(d.records, len(bt.Records))
+		for i := range bt.Records {
+			r := &bt.Records[i]
+			d.records = d.records[:len(d.records)+1]
+			rec := &d.records[len(d.records)-1]
+			record(rec, tp, h, r)
+			if arena != nil {
+				rec.Key, arena = retain(arena, r.Key)
+				rec.Value, arena = retain(arena, r.Value)
+			}
+		}
+		sp.to = len(d.records)
+		d.spans = append(d.spans, sp)
+	}
+	d.err = it.Err()
+	it.Reset(nil, batch.Options{}) // keep nothing of the answer alive
+	return d
+}
+
 // collectLocked takes what Poll returns: pending reports and errors, then the
-// buffered answers of fetching, unpaused partitions, decoded and stepped into
-// their machines as they are delivered.
+// buffered answers of unpaused partitions, stepped into their machines as
+// they are delivered.
 func (c *Consumer) collectLocked() Fetches {
 	var f Fetches
 	f.Truncations, c.events = c.events, nil
 	f.Errors, c.errs = c.errs, nil
-	var keep []*part
+	var keep, take []*part
+	n := 0
 	for len(c.ready) > 0 {
 		p := c.ready[0]
 		c.ready = c.ready[1:]
-		if p.paused {
+		if p.paused || c.cfg.maxPollRecords > 0 && len(take) > 0 && n >= c.cfg.maxPollRecords {
 			keep = append(keep, p)
 			continue
 		}
-		if c.cfg.maxPollRecords > 0 && len(f.Records) >= c.cfg.maxPollRecords {
-			keep = append(keep, p)
-			continue
-		}
-		c.deliverLocked(p, &f)
+		take = append(take, p)
+		n += len(p.buf.d.records)
 	}
 	c.ready = append(keep, c.ready...)
+	if len(take) > 1 {
+		// One answer's records are returned as they are; several are
+		// copied into one slice, sized once.
+		f.Records = make([]Record, 0, n)
+	}
+	for _, p := range take {
+		c.deliverLocked(p, &f, len(take) == 1)
+	}
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.
 	f.Truncations = append(f.Truncations, c.events...)
@@ -177,47 +266,48 @@ func (c *Consumer) collectLocked() Fetches {
 	return f
 }
 
-// deliverLocked decodes p's buffered answer into f.Records, stepping each
-// batch into the machine first: a batch the machine does not accept (stale,
+// deliverLocked steps each batch of p's buffered answer into the machine and
+// puts its records in f.Records: a batch the machine does not accept (stale,
 // or one that starts a validation) ends the delivery, and the rest of the
-// answer is dropped.
-func (c *Consumer) deliverLocked(p *part, f *Fetches) {
+// answer is dropped. With inPlace (the only answer of the Poll), f.Records
+// is the answer's own records, trimmed.
+func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 	b := p.buf
 	c.buffered -= b.size
 	p.buf = nil
 	c.wakeFetchersLocked()
 
-	start, _ := p.m.Position()
-	var it batch.Iterator
-	it.ResetFetch(&b.rp, batch.Options{
-		Topic:         p.tp.Topic,
-		StartOffset:   start.Offset,
-		ReadCommitted: c.cfg.readCommitted,
-		Retain:        true,
-		Decompressor:  c.decompressor(),
-	})
-	for it.Next() {
-		bt := it.Batch()
-		h := &bt.Header
-		last := h.BaseOffset + int64(h.LastOffsetDelta)
+	d := b.d
+	w := 0 // in place: the records kept end at w
+	if inPlace {
+		f.Records = d.records[:0]
+	}
+	for _, sp := range d.spans {
 		before, _ := p.m.Position()
-		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: h.BaseOffset, Last: last, Epoch: h.PartitionLeaderEpoch})
+		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.base, Last: sp.last, Epoch: sp.epoch})
 		after, ok := p.m.Position()
 		if !ok || after.Offset <= before.Offset {
-			if last < before.Offset {
+			if sp.last < before.Offset {
 				continue // entirely below the position
 			}
 			return // not accepted: stale, or validation started
 		}
-		for i := range bt.Records {
-			r := &bt.Records[i]
-			if r.Offset < before.Offset {
+		for j := sp.from; j < sp.to; j++ {
+			if d.records[j].Offset < before.Offset {
 				continue
 			}
-			f.Records = append(f.Records, c.record(p, h, r))
+			if !inPlace {
+				f.Records = append(f.Records, d.records[j])
+				continue
+			}
+			if w != j {
+				d.records[w] = d.records[j]
+			}
+			w++
+			f.Records = d.records[:w]
 		}
 	}
-	if err := it.Err(); err != nil {
+	if err := d.err; err != nil {
 		pos, _ := p.m.Position()
 		n := len(c.errs)
 		c.stepLocked(p, seek.FetchFailed{Req: b.req, Code: seek.CodeCorruptMessage})
@@ -231,9 +321,10 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches) {
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
 }
 
-func (c *Consumer) record(p *part, h *batch.Header, r *batch.Record) Record {
-	rec := Record{
-		Topic: p.tp.Topic, Partition: p.tp.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch,
+// record fills rec with the record r of batch h of partition tp.
+func record(rec *Record, tp TopicPartition, h *batch.Header, r *batch.Record) {
+	*rec = Record{
+		Topic: tp.Topic, Partition: tp.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch,
 		Timestamp: time.UnixMilli(r.Timestamp), Key: r.Key, Value: r.Value,
 		ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch,
 	}
@@ -246,18 +337,25 @@ func (c *Consumer) record(p *part, h *batch.Header, r *batch.Record) Record {
 			}
 		}
 	}
-	return rec
+}
+
+// retain copies b to the end of arena (which has room for it) and returns
+// the copy, nil for nil.
+func retain(arena, b []byte) ([]byte, []byte) {
+	if b == nil {
+		return nil, arena
+	}
+	n := len(arena)
+	arena = append(arena, b...)
+	return arena[n:len(arena):len(arena)], arena
 }
 
 // decompressor returns the consumer's decompressor, bounded by the
 // configured size limit.
 func (c *Consumer) decompressor() *compress.Decompressor {
-	if c.dec == nil {
-		d, err := compress.NewDecompressor(c.cfg.decompressLimit)
-		if err != nil {
-			return nil // nil: the codec's default, bounded at 256 MiB
-		}
-		c.dec = d
+	d, err := compress.NewDecompressor(c.cfg.decompressLimit)
+	if err != nil {
+		return nil // nil: the codec's default, bounded at 256 MiB
 	}
-	return c.dec
+	return d
 }

@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/internal/compress"
+)
+
+// Fetch sizes shared by both consumers of BenchmarkConsume.
+const (
+	benchFetchMaxBytes     = 50 << 20
+	benchFetchMaxPartBytes = 1 << 20
+	benchFetchMaxWait      = 500 * time.Millisecond
+	benchPartitions        = 3
+)
+
+// benchTopics caches the pre-produced topic of each configuration, so that
+// -count repeats do not produce again.
+var benchTopics sync.Map // "codec/size" → topic
+
+// benchTopic returns a topic with 3 partitions (replication factor 1, one
+// partition led by each broker) holding n records of size bytes written
+// with codec, creating and filling it on first use.
+func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) string {
+	key := fmt.Sprintf("%s/%d", codec, size)
+	if t, ok := benchTopics.Load(key); ok {
+		return t.(string)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	topic := TopicName(fmt.Sprintf("bench-consume-%s-%d", codec, size))
+	if _, err := c.CreateTopic(ctx, topic, [][]int32{{1}, {2}, {3}}, nil); err != nil {
+		b.Fatal(err)
+	}
+	kc := kgo.NoCompression()
+	if codec == compress.Zstd {
+		kc = kgo.ZstdCompression()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kc),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	// Values that compress about as well as typical JSON-ish payloads:
+	// a random pick of words.
+	words := []string{"id", "user", "event", "click", "view", "2024", "true", "false", "null", "value", "{", "}", ":", ",", "\""}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var (
+		mu     sync.Mutex
+		failed error
+	)
+	for i := 0; i < n; i++ {
+		v := make([]byte, 0, size)
+		for len(v) < size {
+			v = append(v, words[rng.IntN(len(words))]...)
+			v = append(v, byte('0'+rng.IntN(10)))
+		}
+		cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: v[:size]}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	benchTopics.Store(key, topic)
+	return topic
+}
+
+// BenchmarkConsume compares kepoch's consumer with franz-go's on the real
+// cluster, side by side in one run: each iteration starts a new client and
+// reads a pre-produced topic of 3 partitions (one per broker) from the start
+// to the end, with the same fetch sizes for both clients (50 MiB per fetch,
+// 1 MiB per partition). A new client per iteration keeps a fetch left in
+// flight by the previous iteration out of the measurement. Reported:
+// records/s, MB/s of record values, and the process's user+system CPU time
+// per record.
+//
+//	KEPOCH_KAFKA=1 go test -run '^$' -bench BenchmarkConsume -count 6 ./integration/
+func BenchmarkConsume(b *testing.B) {
+	c := Require(b)
+	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
+		for _, size := range []int{100, 1024} {
+			n := 200_000
+			if size > 100 {
+				n = 50_000
+			}
+			b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) {
+				topic := benchTopic(b, c, codec, size, n)
+				benchConsume(b, n, size, func() func() {
+					cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
+						consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
+						consumer.FetchMaxWait(benchFetchMaxWait))
+					if err != nil {
+						b.Fatal(err)
+					}
+					as := make([]consumer.Assignment, benchPartitions)
+					for p := range as {
+						as[p] = consumer.Assignment{Topic: topic, Partition: int32(p), Start: consumer.At(0)}
+					}
+					if err := cons.Assign(as...); err != nil {
+						b.Fatal(err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					got := 0
+					for got < n {
+						f, err := cons.Poll(ctx)
+						if err != nil {
+							b.Fatalf("poll after %d of %d records: %v", got, n, err)
+						}
+						if len(f.Truncations)+len(f.Errors) > 0 {
+							b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
+						}
+						got += len(f.Records)
+					}
+					if got != n {
+						b.Fatalf("read %d records of %d", got, n)
+					}
+					return func() { cons.Close(context.Background()) }
+				})
+			})
+			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
+				topic := benchTopic(b, c, codec, size, n)
+				start := map[int32]kgo.Offset{}
+				for p := int32(0); p < benchPartitions; p++ {
+					start[p] = kgo.NewOffset().At(0)
+				}
+				benchConsume(b, n, size, func() func() {
+					cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...),
+						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+						kgo.FetchMaxBytes(benchFetchMaxBytes), kgo.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
+						kgo.FetchMaxWait(benchFetchMaxWait))
+					if err != nil {
+						b.Fatal(err)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					got := 0
+					for got < n {
+						fs := cl.PollFetches(ctx)
+						if err := fs.Err(); err != nil {
+							b.Fatalf("poll after %d of %d records: %v", got, n, err)
+						}
+						got += fs.NumRecords()
+					}
+					if got != n {
+						b.Fatalf("read %d records of %d", got, n)
+					}
+					return cl.Close
+				})
+			})
+		}
+	}
+}
+
+// benchConsume runs b.N iterations of run, which reads the n records with a
+// new client and returns the function closing it; closing is not measured.
+func benchConsume(b *testing.B, n, size int, run func() (closeFn func())) {
+	run()() // warm up: the cluster's page cache, the code paths
+	b.ReportAllocs()
+	b.ResetTimer()
+	var elapsed, cpu time.Duration
+	for i := 0; i < b.N; i++ {
+		cpu0, t0 := cpuTime(), time.Now()
+		closeFn := run()
+		elapsed += time.Since(t0)
+		cpu += cpuTime() - cpu0
+		b.StopTimer()
+		closeFn()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	recs := float64(n * b.N)
+	b.ReportMetric(recs/elapsed.Seconds(), "records/s")
+	b.ReportMetric(recs*float64(size)/elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/recs, "cpu-ns/record")
+}
