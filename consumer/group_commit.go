@@ -335,12 +335,6 @@ func quietCommitErr(err error) bool {
 	return errors.IsRetriable(err) || errors.Is(err, context.Canceled) || errors.Is(err, errors.ErrClosed)
 }
 
-// offsetCommitByName is an OffsetCommit that names its topics: kgo
-// negotiates it at v9 at most (v10 replaced names with topic IDs).
-type offsetCommitByName struct{ *kmsg.OffsetCommitRequest }
-
-func (offsetCommitByName) MaxVersion() int16 { return 9 }
-
 // sendCommit sends one OffsetCommit (v6+ carries the leader epochs) and
 // records what was stored. A KIP-848 member whose epoch went stale retries
 // with the epoch its next heartbeat learns.
@@ -382,21 +376,18 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	if subscribed {
 		req.Generation, req.MemberID, req.InstanceID = gen, member, g.cfg.instanceID
 	}
-	byID := true
+	ids := g.topicIDs(ctx, offsets)
 	names := map[[16]byte]string{}
 	idx := map[string]int{}
 	for _, tp := range sortedKeys(offsets) {
 		om := offsets[tp]
 		i, ok := idx[tp.Topic]
 		if !ok {
+			// Both the name (v0-v9) and the topic ID (v10+): kgo picks
+			// the version the coordinator supports.
 			t := kmsg.NewOffsetCommitRequestTopic()
-			t.Topic = tp.Topic
-			if tm, err := c.meta.Topic(tp.Topic); err == nil && tm.ID != ([16]byte{}) {
-				t.TopicID = tm.ID
-				names[t.TopicID] = tp.Topic
-			} else {
-				byID = false
-			}
+			t.Topic, t.TopicID = tp.Topic, ids[tp.Topic]
+			names[t.TopicID] = tp.Topic
 			req.Topics = append(req.Topics, t)
 			i = len(req.Topics) - 1
 			idx[tp.Topic] = i
@@ -409,15 +400,7 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 		p.Metadata = &md
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
-	var resp *kmsg.OffsetCommitResponse
-	if byID {
-		resp, err = req.RequestWith(ctx, c.cl)
-	} else {
-		var kr kmsg.Response
-		if kr, err = c.cl.Request(ctx, offsetCommitByName{req}); err == nil {
-			resp = kr.(*kmsg.OffsetCommitResponse)
-		}
-	}
+	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
 		var errs []error
 		for _, tp := range sortedKeys(offsets) {
@@ -455,6 +438,41 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 		}
 	}
 	return stale, errors.Join(errs...)
+}
+
+// topicIDs returns the topic IDs of the offsets' topics, refreshing
+// metadata once for topics the refresher does not know yet (a standalone
+// commit of partitions never assigned). A topic left without an ID (a
+// broker before Kafka 2.8, which has no OffsetCommit v10 either) maps to
+// the zero ID.
+func (g *group) topicIDs(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) map[string][16]byte {
+	c := g.c
+	ids := map[string][16]byte{}
+	var missing []string
+	for tp := range offsets {
+		if _, done := ids[tp.Topic]; done {
+			continue
+		}
+		tm, err := c.meta.Topic(tp.Topic)
+		ids[tp.Topic] = tm.ID
+		if err != nil || tm.ID == ([16]byte{}) {
+			missing = append(missing, tp.Topic)
+		}
+	}
+	if len(missing) == 0 {
+		return ids
+	}
+	unwatch := c.meta.Watch(missing...)
+	defer unwatch()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_ = c.meta.Refresh(rctx, 0)
+	cancel()
+	for _, t := range missing {
+		if tm, err := c.meta.Topic(t); err == nil {
+			ids[t] = tm.ID
+		}
+	}
+	return ids
 }
 
 // fetchCommitted reads committed offsets (OffsetFetch, require_stable) of
