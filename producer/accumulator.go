@@ -94,7 +94,7 @@ func (ps *pstate) closeOpen(p *Producer) {
 	if err := p.encode(b); err != nil {
 		// A record the codec refuses (e.g. too many headers) fails alone
 		// with its batch; nothing was sent.
-		run(p.finishLocked(b, err, -1, nil, nil))
+		p.deferred = p.finishLocked(b, err, -1, nil, p.deferred)
 		return
 	}
 	ps.queue = append(ps.queue, b)

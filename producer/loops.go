@@ -193,6 +193,11 @@ func (p *Producer) metadataLoop() {
 			if ps == nil {
 				continue
 			}
+			if ps.leader != ev.Leader || ps.epoch != ev.LeaderEpoch {
+				if p.seq != nil {
+					p.seq.LeaderChanged(tp) // one batch at a time until the new leader acknowledges one
+				}
+			}
 			ps.leader, ps.epoch = ev.Leader, ev.LeaderEpoch
 			if ev.TopicID != (metadata.TopicID{}) {
 				ps.topicID = ev.TopicID

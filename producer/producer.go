@@ -92,6 +92,7 @@ type Producer struct {
 	pidWake   chan struct{}
 	ledgerQ   []ledgerTask
 	ledgerW   chan struct{}
+	deferred  []func() // callbacks queued under the lock, run by whoever unlocks next
 	comp      *compress.Compressor
 	builder   *recbatch.Builder
 
@@ -275,6 +276,8 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	p.buffered += size
 	p.records++
 	ps.add(p, &pending{rec: r, cb: cb, size: size})
+	cbs = append(cbs, p.deferred...)
+	p.deferred = nil
 	p.mu.Unlock()
 	run(cbs)
 	return nil

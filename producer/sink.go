@@ -27,6 +27,8 @@ type sink struct {
 
 	wmu   sync.Mutex
 	wrote chan struct{} // closed when the request being issued is written
+
+	cbs []func() // callbacks collected by build, run after it unlocks (guarded by Producer.mu)
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -147,7 +149,12 @@ func (s *sink) loop() {
 func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
 	p := s.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer func() {
+		cbs := append(s.cbs, p.deferred...)
+		s.cbs, p.deferred = nil, nil
+		p.mu.Unlock()
+		run(cbs)
+	}()
 	if p.closed || p.fatal != nil || (p.seq != nil && !p.seq.Producer().Valid()) {
 		return nil, nil, time.Time{}
 	}
@@ -247,7 +254,7 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pba
 		return nil, 0, false // not yet added to the transaction
 	}
 	b := ps.queue[0]
-	ref, id, err := p.seq.Assign(ps.tp, int32(len(b.recs)), b.deadline)
+	ref, id, err := p.seq.AssignAt(ps.tp, int32(len(b.recs)), now, b.deadline)
 	if err != nil {
 		return nil, 0, false // not now: in-flight limit, recovery, or no producer ID
 	}
@@ -255,9 +262,12 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pba
 	b.ref, b.assigned = ref, true
 	p.batches[ref] = b
 	if err := s.stamp(b, id); err != nil {
-		// Cannot happen for a batch kepoch encoded; fail it as never sent.
-		d := p.seq.Complete(ref, ProduceResult{Delivery: NotSent, Code: kerr.CorruptMessage.Code, LogStartOffset: -1})
-		run(p.applyLocked(d, nil))
+		// Cannot happen for a batch kepoch encoded; give it up.
+		d := p.seq.Abandon(ref, err)
+		s.cbs = p.applyLocked(d, s.cbs)
+		if p.txn != nil {
+			s.cbs = append(s.cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+		}
 		return nil, 0, false
 	}
 	return b, ref, true
