@@ -217,7 +217,8 @@ func TestGroupRebalancesUnderLoad(t *testing.T) {
 	prodCtx, stopProd := context.WithCancel(ctx)
 	prodDone := make(chan error, 1)
 	go func() {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerLinger(5*time.Millisecond))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerLinger(5*time.Millisecond),
+			kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 		if err != nil {
 			prodDone <- err
 			return
@@ -334,6 +335,9 @@ func TestGroupRebalancesUnderLoad(t *testing.T) {
 		total += e
 	}
 	logf("producer stopped: %d records, ends %v", total, ends)
+	if len(ends) != parts {
+		t.Fatalf("produced to %d partitions; want %d", len(ends), parts)
+	}
 	// Wait until every produced offset was delivered.
 	covered := func() bool {
 		dmu.Lock()
