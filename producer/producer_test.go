@@ -398,3 +398,69 @@ func TestTransactionsCommitAndAbort(t *testing.T) {
 		t.Fatalf("read_uncommitted sees %d records; want 18", len(got))
 	}
 }
+
+func TestSendOffsetsToTransaction(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.TransactionalID("txn-offsets"))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := p.InitTransactions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fetchCommitted := func() (int64, int32, bool) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group = "g"
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = topic
+		rt.Partitions = []int32{0}
+		req.Topics = append(req.Topics, rt)
+		req.RequireStable = true
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range resp.Topics {
+			for _, pp := range tt.Partitions {
+				if pp.Offset >= 0 {
+					return pp.Offset, pp.LeaderEpoch, true
+				}
+			}
+		}
+		return -1, -1, false
+	}
+	round := func(offset int64, commit bool) {
+		t.Helper()
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("out")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1},
+			map[string]map[int32]producer.OffsetAndEpoch{topic: {0: {Offset: offset, LeaderEpoch: 3}}}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if commit {
+			err = p.CommitTransaction(ctx)
+		} else {
+			err = p.AbortTransaction(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	round(42, true)
+	if o, e, ok := fetchCommitted(); !ok || o != 42 || e != 3 {
+		t.Fatalf("committed %d@%d (%v); want 42@3", o, e, ok)
+	}
+	round(50, false)
+	if o, _, _ := fetchCommitted(); o != 42 {
+		t.Fatalf("aborted offsets became visible: %d", o)
+	}
+}

@@ -234,6 +234,21 @@ func (t *TxnState) Begin() error {
 	return nil
 }
 
+// OffsetsAdded records the answer to an AddOffsetsToTxn the I/O layer sent
+// for the open transaction (consumed offsets committed with it): certain is
+// true when the coordinator answered NONE (it now knows the transaction),
+// false when no answer came (it may). Either way EndTxn must be sent.
+func (t *TxnState) OffsetsAdded(certain bool) {
+	if t.state != TxnInTransaction {
+		return
+	}
+	if certain {
+		t.started = true
+	} else {
+		t.maybeStarted = true
+	}
+}
+
 // mayHaveStarted reports whether the coordinator may know the open
 // transaction.
 func (t *TxnState) mayHaveStarted() bool {
