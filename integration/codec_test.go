@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/internal/batch"
 	"github.com/kepoch/kepoch/internal/compress"
@@ -144,62 +143,3 @@ func TestCodecRoundTripThroughKafka(t *testing.T) {
 
 // sameBytes is bytes.Equal that also tells nil (a null key or value) from empty.
 func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
-
-// produceRaw sends one record batch to broker with a raw Produce request
-// (acks=all) and returns the base offset the broker assigned.
-func (c *Cluster) produceRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, records []byte) (int64, error) {
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 10_000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rt.TopicID = id
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition = partition
-	rp.Records = records
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
-	if err != nil {
-		return 0, err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("produce %s/%d: malformed answer", topic, partition)
-	}
-	p := resp.Topics[0].Partitions[0]
-	if err := errCode(p.ErrorCode); err != nil {
-		return 0, fmt.Errorf("produce %s/%d: %w (%s)", topic, partition, err, deref(p.ErrorMessage))
-	}
-	return p.BaseOffset, nil
-}
-
-// fetchRaw sends one raw Fetch for topic/partition at offset to broker and
-// returns the partition's answer.
-func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, offset int64) (kmsg.FetchResponseTopicPartition, error) {
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = 100
-	req.MaxBytes = 16 << 20
-	req.SessionEpoch = -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = topic
-	rt.TopicID = id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = partition
-	rp.FetchOffset = offset
-	rp.PartitionMaxBytes = 16 << 20
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
-	if err != nil {
-		return kmsg.FetchResponseTopicPartition{}, err
-	}
-	if err := errCode(resp.ErrorCode); err != nil {
-		return kmsg.FetchResponseTopicPartition{}, err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return kmsg.FetchResponseTopicPartition{}, fmt.Errorf("fetch %s/%d: malformed answer", topic, partition)
-	}
-	p := resp.Topics[0].Partitions[0]
-	return p, errCode(p.ErrorCode)
-}

@@ -63,32 +63,8 @@ func (c *Cluster) FetchAll(ctx context.Context, broker int32, topic string, topi
 	var out []Fetched
 	offset := from
 	for {
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID = -1
-		req.MaxWaitMillis = 100
-		req.MaxBytes = 8 << 20
-		req.SessionEpoch = -1
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic = topic
-		rt.TopicID = topicID
-		rp := kmsg.NewFetchRequestTopicPartition()
-		rp.Partition = partition
-		rp.FetchOffset = offset
-		rp.PartitionMaxBytes = 4 << 20
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, c.Broker(broker))
+		rp2, err := c.fetchRaw(ctx, broker, topic, topicID, partition, offset)
 		if err != nil {
-			return out, err
-		}
-		if err := errCode(resp.ErrorCode); err != nil {
-			return out, err
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return out, fmt.Errorf("fetch %s/%d from %d: malformed answer", topic, partition, broker)
-		}
-		rp2 := resp.Topics[0].Partitions[0]
-		if err := errCode(rp2.ErrorCode); err != nil {
 			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
 		}
 		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
@@ -108,4 +84,63 @@ func (c *Cluster) FetchAll(ctx context.Context, broker int32, topic string, topi
 			return out, nil
 		}
 	}
+}
+
+// produceRaw sends one record batch to broker with a raw Produce request
+// (acks=all) and returns the base offset the broker assigned.
+func (c *Cluster) produceRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, records []byte) (int64, error) {
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 10_000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rt.TopicID = id
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = partition
+	rp.Records = records
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("produce %s/%d: malformed answer", topic, partition)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := errCode(p.ErrorCode); err != nil {
+		return 0, fmt.Errorf("produce %s/%d: %w (%s)", topic, partition, err, deref(p.ErrorMessage))
+	}
+	return p.BaseOffset, nil
+}
+
+// fetchRaw sends one raw Fetch for topic/partition at offset to broker and
+// returns the partition's answer.
+func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, offset int64) (kmsg.FetchResponseTopicPartition, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 100
+	req.MaxBytes = 16 << 20
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rt.TopicID = id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = partition
+	rp.FetchOffset = offset
+	rp.PartitionMaxBytes = 16 << 20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	if err != nil {
+		return kmsg.FetchResponseTopicPartition{}, err
+	}
+	if err := errCode(resp.ErrorCode); err != nil {
+		return kmsg.FetchResponseTopicPartition{}, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return kmsg.FetchResponseTopicPartition{}, fmt.Errorf("fetch %s/%d: malformed answer", topic, partition)
+	}
+	p := resp.Topics[0].Partitions[0]
+	return p, errCode(p.ErrorCode)
 }
