@@ -82,6 +82,9 @@ type group struct {
 	mu         sync.Mutex // guards the fields below
 	topics     []string   // explicit subscription, sorted
 	regex      *regexp.Regexp
+	regexExpr  string // the regex as given (sent to a KIP-848 coordinator)
+	idOf       map[string][16]byte
+	nameOf     map[[16]byte]string
 	subscribed bool
 	loopDone   chan struct{} // closed when the member loop ends; nil before Subscribe
 	memberID   string
@@ -107,6 +110,8 @@ func newGroup(c *Consumer) *group {
 		generation:  -1,
 		owned:       tpSet{},
 		rejoin:      make(chan struct{}, 1),
+		idOf:        map[string][16]byte{},
+		nameOf:      map[[16]byte]string{},
 		committable: map[TopicPartition]Position{},
 		committed:   map[TopicPartition]OffsetAndMetadata{},
 	}
@@ -137,7 +142,7 @@ func (c *Consumer) Subscribe(topics ...string) error {
 			return fmt.Errorf("consumer: invalid topic %q", t)
 		}
 	}
-	return c.subscribe(ts, nil)
+	return c.subscribe(ts, nil, "")
 }
 
 // SubscribeRegex subscribes to every topic whose whole name matches expr (Go
@@ -148,10 +153,10 @@ func (c *Consumer) SubscribeRegex(expr string) error {
 	if err != nil {
 		return fmt.Errorf("consumer: SubscribeRegex: %w", err)
 	}
-	return c.subscribe(nil, re)
+	return c.subscribe(nil, re, expr)
 }
 
-func (c *Consumer) subscribe(topics []string, re *regexp.Regexp) error {
+func (c *Consumer) subscribe(topics []string, re *regexp.Regexp, expr string) error {
 	g := c.grp
 	if g == nil {
 		return ErrNoGroup
@@ -170,7 +175,7 @@ func (c *Consumer) subscribe(topics []string, re *regexp.Regexp) error {
 	if manual && !g.subscribed {
 		return fmt.Errorf("consumer: Subscribe after Assign (a consumer is either assigned by hand or by its group)")
 	}
-	g.topics, g.regex = topics, re
+	g.topics, g.regex, g.regexExpr = topics, re, expr
 	if g.subscribed {
 		select {
 		case g.rejoin <- struct{}{}:
@@ -484,14 +489,18 @@ func (g *group) close(ctx context.Context) {
 	// Everything was committed above: the revoke commits nothing more
 	// (its committable positions may be older).
 	g.revokeParts(ctx, g.ownedSet(), false, false)
-	if g.cfg.leaveOnClose && member != "" {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if g.cfg.protocol == ProtocolConsumer {
-			g.leaveConsumer(lctx)
-		} else {
-			g.leaveClassic(lctx)
-		}
-		cancel()
+	if member == "" {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	switch {
+	case g.cfg.protocol == ProtocolConsumer && g.cfg.leaveOnClose:
+		g.leaveConsumer(lctx, -1)
+	case g.cfg.protocol == ProtocolConsumer && g.cfg.instanceID != nil:
+		g.leaveConsumer(lctx, -2) // a static member that will rejoin
+	case g.cfg.leaveOnClose:
+		g.leaveClassic(lctx)
 	}
 }
 

@@ -2,13 +2,323 @@ package consumer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"time"
 
-	"github.com/kepoch/kepoch/errors"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// runConsumer runs the KIP-848 protocol (not yet implemented).
-func (g *group) runConsumer() {
-	g.fatal("heartbeat", errors.New("kepoch: the consumer group protocol is not implemented yet"))
+// The KIP-848 consumer group protocol, driven by the member loop: one
+// ConsumerGroupHeartbeat at a time, every heartbeat interval the
+// coordinator sets, each carrying the member's whole state (epoch,
+// subscription, owned partitions by topic ID). The coordinator assigns; an
+// answer with an assignment is the member's target, reconciled at once:
+// partitions no longer in it are revoked (commit, OnRevoked), then new ones
+// are assigned (OffsetFetch with epochs, OnAssigned), and the next
+// heartbeat, sent immediately, reports the new owned set. The coordinator
+// hands a partition to a member only after its previous owner reported it
+// released, so no partition is owned twice.
+//
+//	FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID → OnLost, rejoin with epoch 0
+//	NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE → find the coordinator again
+//	GROUP_AUTHORIZATION_FAILED, UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID,
+//	INVALID_REQUEST, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED,
+//	UNSUPPORTED_VERSION → surfaced, membership ends
+//
+// ConsumerGroupHeartbeat is sent to the coordinator the member finds itself
+// (FindCoordinator), since kgo does not retry it nor forget a stale
+// coordinator on its behalf; commits and offset fetches go through kgo's
+// coordinator handling as in the classic protocol.
+
+// newMemberID returns a client-generated member id (ConsumerGroupHeartbeat
+// v1+): a random UUID in Kafka's URL-safe base64 form.
+func newMemberID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-func (g *group) leaveConsumer(ctx context.Context) {}
+// memberState848 is the member loop's view of its KIP-848 membership.
+type memberState848 struct {
+	epoch       int32
+	interval    time.Duration
+	coordinator int32 // -1: unknown
+}
+
+func (g *group) runConsumer() {
+	ctx := g.ctx
+	g.mu.Lock()
+	if g.memberID == "" {
+		g.memberID = newMemberID()
+	}
+	g.mu.Unlock()
+	st := memberState848{interval: g.cfg.heartbeatInterval, coordinator: -1}
+	failures := 0
+	backoff := func() bool {
+		failures++
+		return sleep(ctx, min(g.c.cfg.tick<<min(failures, 6), 5*time.Second))
+	}
+	for ctx.Err() == nil {
+		resp, err := g.heartbeat848(ctx, &st)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			st.coordinator = -1
+			if !backoff() {
+				return
+			}
+			continue
+		}
+		err = codeErr(resp.ErrorCode)
+		switch {
+		case err == nil:
+		case isCode(err, kerr.NotCoordinator), isCode(err, kerr.CoordinatorNotAvailable):
+			st.coordinator = -1
+			if !backoff() {
+				return
+			}
+			continue
+		case isCode(err, kerr.CoordinatorLoadInProgress):
+			if !backoff() {
+				return
+			}
+			continue
+		case isCode(err, kerr.FencedMemberEpoch), isCode(err, kerr.UnknownMemberID):
+			g.loseAll(false)
+			st.epoch = 0
+			continue
+		case isCode(err, kerr.GroupAuthorizationFailed), isCode(err, kerr.UnsupportedAssignor),
+			isCode(err, kerr.UnreleasedInstanceID), isCode(err, kerr.InvalidRequest),
+			isCode(err, kerr.InvalidRegularExpression), isCode(err, kerr.GroupMaxSizeReached),
+			isCode(err, kerr.UnsupportedVersion), isCode(err, kerr.FencedInstanceID):
+			if resp.ErrorMessage != nil {
+				err = fmt.Errorf("%w: %s", err, *resp.ErrorMessage)
+			}
+			g.fatal("heartbeat", err)
+			return
+		default:
+			g.surface("heartbeat", err)
+			if !backoff() {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if resp.MemberID != nil && *resp.MemberID != "" {
+			g.mu.Lock()
+			g.memberID = *resp.MemberID
+			g.mu.Unlock()
+		}
+		st.epoch = resp.MemberEpoch
+		g.mu.Lock()
+		g.generation = st.epoch
+		g.mu.Unlock()
+		if resp.HeartbeatIntervalMillis > 0 {
+			st.interval = time.Duration(resp.HeartbeatIntervalMillis) * time.Millisecond
+		}
+		changed := false
+		if resp.Assignment != nil {
+			changed = g.reconcile848(ctx, resp.Assignment)
+		}
+		if changed {
+			continue // report the new owned set at once
+		}
+		t := time.NewTimer(st.interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-g.rejoin:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// heartbeat848 sends one full ConsumerGroupHeartbeat to the coordinator,
+// finding it first if needed.
+func (g *group) heartbeat848(ctx context.Context, st *memberState848) (*kmsg.ConsumerGroupHeartbeatResponse, error) {
+	c := g.c
+	if st.coordinator < 0 {
+		node, err := g.findCoordinator(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st.coordinator = node
+	}
+	g.mu.Lock()
+	member := g.memberID
+	topics, re := g.topics, g.regexExpr
+	owned := make(tpSet, len(g.owned))
+	for tp := range g.owned {
+		owned.add(tp)
+	}
+	g.mu.Unlock()
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.Group = g.cfg.id
+	req.MemberID = member
+	req.MemberEpoch = st.epoch
+	req.InstanceID = g.cfg.instanceID
+	req.RackID = g.cfg.rack
+	req.RebalanceTimeoutMillis = int32(g.cfg.rebalanceTimeout / time.Millisecond)
+	if re != "" {
+		req.SubscribedTopicRegex = &re
+		req.SubscribedTopicNames = []string{}
+	} else {
+		req.SubscribedTopicNames = append([]string{}, topics...)
+	}
+	if g.cfg.serverAssignor != "" {
+		sa := g.cfg.serverAssignor
+		req.ServerAssignor = &sa
+	}
+	req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{} // empty, not null: a (re)join must send it empty
+	if st.epoch > 0 {
+		for _, t := range owned.group() {
+			id := g.topicID(t.Topic)
+			if id == ([16]byte{}) {
+				continue
+			}
+			rt := kmsg.NewConsumerGroupHeartbeatRequestTopic()
+			rt.TopicID, rt.Partitions = id, t.Partitions
+			req.Topics = append(req.Topics, rt)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	defer cancel()
+	kr, err := c.cl.Broker(int(st.coordinator)).Request(rctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return kr.(*kmsg.ConsumerGroupHeartbeatResponse), nil
+}
+
+// findCoordinator asks any broker for the group's coordinator.
+func (g *group) findCoordinator(ctx context.Context) (int32, error) {
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = g.cfg.id
+	req.CoordinatorKeys = []string{g.cfg.id}
+	req.CoordinatorType = 0
+	rctx, cancel := context.WithTimeout(ctx, g.c.cfg.requestTimeout)
+	defer cancel()
+	resp, err := req.RequestWith(rctx, g.c.cl)
+	if err != nil {
+		return -1, err
+	}
+	node, code := resp.NodeID, resp.ErrorCode
+	for _, co := range resp.Coordinators {
+		if co.Key == g.cfg.id {
+			node, code = co.NodeID, co.ErrorCode
+		}
+	}
+	if err := codeErr(code); err != nil {
+		return -1, err
+	}
+	return node, nil
+}
+
+// topicID returns a topic's ID from the member's names or metadata.
+func (g *group) topicID(topic string) [16]byte {
+	g.mu.Lock()
+	id, ok := g.idOf[topic]
+	g.mu.Unlock()
+	if ok {
+		return id
+	}
+	if tm, err := g.c.meta.Topic(topic); err == nil {
+		return tm.ID
+	}
+	return [16]byte{}
+}
+
+// topicNames resolves topic IDs to names: from what the member learned,
+// then from the refresher, then with a Metadata request for every topic.
+func (g *group) topicNames(ctx context.Context, ids [][16]byte) map[[16]byte]string {
+	out := map[[16]byte]string{}
+	var missing bool
+	g.mu.Lock()
+	for _, id := range ids {
+		if n, ok := g.nameOf[id]; ok {
+			out[id] = n
+		}
+	}
+	watched := append([]string(nil), g.topics...)
+	g.mu.Unlock()
+	for _, t := range watched {
+		if tm, err := g.c.meta.Topic(t); err == nil && tm.ID != ([16]byte{}) {
+			out[tm.ID] = t
+		}
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			missing = true
+		}
+	}
+	if missing {
+		req := kmsg.NewPtrMetadataRequest()
+		rctx, cancel := context.WithTimeout(ctx, g.c.cfg.requestTimeout)
+		resp, err := req.RequestWith(rctx, g.c.cl)
+		cancel()
+		if err == nil {
+			for _, t := range resp.Topics {
+				if t.Topic != nil && t.TopicID != ([16]byte{}) {
+					out[t.TopicID] = *t.Topic
+				}
+			}
+		}
+	}
+	g.mu.Lock()
+	for id, n := range out {
+		g.nameOf[id], g.idOf[n] = n, id
+	}
+	g.mu.Unlock()
+	return out
+}
+
+// reconcile848 makes the owned partitions the coordinator's assignment:
+// revokes what is no longer assigned, then assigns what is new. Partitions
+// of topics whose names cannot be resolved yet are left for a later
+// heartbeat. It reports whether the owned set changed.
+func (g *group) reconcile848(ctx context.Context, a *kmsg.ConsumerGroupHeartbeatResponseAssignment) bool {
+	var ids [][16]byte
+	for _, t := range a.Topics {
+		ids = append(ids, t.TopicID)
+	}
+	names := g.topicNames(ctx, ids)
+	target := tpSet{}
+	for _, t := range a.Topics {
+		name, ok := names[t.TopicID]
+		if !ok {
+			continue
+		}
+		for _, p := range t.Partitions {
+			target.add(TopicPartition{name, p})
+		}
+	}
+	owned := g.ownedSet()
+	revoked, added := owned.minus(target), target.minus(owned)
+	g.revokeParts(g.ctx, revoked, true, false)
+	if err := g.assignParts(ctx, added); err != nil && ctx.Err() == nil {
+		g.surface("assign", err)
+	}
+	return len(revoked) > 0 || len(added) > 0
+}
+
+// leaveConsumer leaves the group with member epoch -1 or, for a static
+// member that will come back under its instance id, -2 (the coordinator
+// keeps its assignment until the session expires). kgo retries leaves.
+func (g *group) leaveConsumer(ctx context.Context, epoch int32) {
+	g.mu.Lock()
+	member := g.memberID
+	g.generation = -1
+	g.mu.Unlock()
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.Group = g.cfg.id
+	req.MemberID = member
+	req.MemberEpoch = epoch
+	req.InstanceID = g.cfg.instanceID
+	_, _ = req.RequestWith(ctx, g.c.cl)
+}
