@@ -187,13 +187,24 @@ type groupMember struct {
 }
 
 // TestGroupRebalancesUnderLoad: three members join and leave a
-// cooperative-sticky group one after another while a producer writes to six
+// cooperative-sticky (classic protocol) group one after another while a producer writes to six
 // partitions. Every record is delivered; per partition each owner delivers
 // a contiguous run of offsets; a new owner starts no later than where the
 // previous owner stopped (nothing skipped) and at most the previous owner's
 // last Poll of that partition earlier (the documented at-least-once
 // window); no truncation is reported.
 func TestGroupRebalancesUnderLoad(t *testing.T) {
+	rebalanceUnderLoad(t, consumer.ProtocolClassic, 4*time.Second)
+}
+
+// TestGroupConsumerProtocolRebalancesUnderLoad is the same scenario with
+// the KIP-848 protocol: the coordinator assigns (its heartbeat interval is
+// 5 s on Kafka 4.1, so members are given longer between changes).
+func TestGroupConsumerProtocolRebalancesUnderLoad(t *testing.T) {
+	rebalanceUnderLoad(t, consumer.ProtocolConsumer, 8*time.Second)
+}
+
+func rebalanceUnderLoad(t *testing.T, proto consumer.GroupProtocol, step time.Duration) {
 	c := Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -264,7 +275,7 @@ func TestGroupRebalancesUnderLoad(t *testing.T) {
 	)
 	startMember := func(name string) *groupMember {
 		m := &groupMember{name: name, done: make(chan struct{})}
-		m.cons = newConsumer(t, append(groupConsumerOpts(group), consumer.TruncationPolicy(consumer.PolicyNone))...)
+		m.cons = newConsumer(t, append(groupConsumerOpts(group), consumer.TruncationPolicy(consumer.PolicyNone), consumer.WithGroupProtocol(proto))...)
 		if err := m.cons.Subscribe(topic); err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +319,7 @@ func TestGroupRebalancesUnderLoad(t *testing.T) {
 		logf("%s closed", m.name)
 	}
 
-	pause := func() { time.Sleep(4 * time.Second) }
+	pause := func() { time.Sleep(step) }
 	a := startMember("a")
 	pause()
 	b := startMember("b")
