@@ -45,7 +45,7 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 	logf := func(format string, args ...any) {
 		t.Logf("[%5.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	haltGroup, rewindGroup := TopicName("group-halt"), TopicName("group-rewind")
+	haltGroup, rewindGroup, group848 := TopicName("group-halt"), TopicName("group-rewind"), TopicName("group-848")
 	const before, lost, after = 10, 10, 5
 	var committed consumer.OffsetAndMetadata
 
@@ -75,10 +75,15 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 			if err := m.Close(cctx); err != nil {
 				return err
 			}
-			// The same position, committed by hand for the second group
-			// (a standalone commit: no membership).
-			s := newConsumer(t, consumer.Group(rewindGroup))
-			return s.CommitSync(ctx, map[consumer.TopicPartition]consumer.OffsetAndMetadata{tp: committed})
+			// The same position, committed by hand for two more groups
+			// (standalone commits: no membership).
+			for _, g := range []string{rewindGroup, group848} {
+				s := newConsumer(t, consumer.Group(g))
+				if err := s.CommitSync(ctx, map[consumer.TopicPartition]consumer.OffsetAndMetadata{tp: committed}); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	})
 	if err != nil {
@@ -123,6 +128,23 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 		t.Fatalf("LogTruncationError %+v", d)
 	}
 	logf("PolicyNone restart: %v", hl.events[0])
+
+	// The same with a KIP-848 member: the coordinator assigns, the
+	// committed position is validated all the same.
+	h848 := newConsumer(t, append(groupConsumerOpts(group848), consumer.TruncationPolicy(consumer.PolicyNone),
+		consumer.WithGroupProtocol(consumer.ProtocolConsumer))...)
+	if err := h848.Subscribe(u.Topic); err != nil {
+		t.Fatal(err)
+	}
+	var h8 polled
+	if err := h8.pollFor(ctx, h848, func(p *polled) bool { return len(p.events) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	check("KIP-848 halt", h8.events[0])
+	if len(h8.records) != 0 || len(h8.errs) != 1 || !errors.As(h8.errs[0], &lte) {
+		t.Fatalf("KIP-848 member: %d records, errors %v", len(h8.records), h8.errs)
+	}
+	logf("PolicyNone restart, KIP-848 member: %v", h8.events[0])
 
 	// PolicyEarliest: report, then exactly the new lineage.
 	rewind := newConsumer(t, append(groupConsumerOpts(rewindGroup), consumer.TruncationPolicy(consumer.PolicyEarliest))...)
