@@ -200,3 +200,42 @@ func TestPauseResume(t *testing.T) {
 	got, _, _ := pollUntil(t, cons, 20, 10*time.Second)
 	checkInOrder(t, got, map[int32]int64{0: 80}, map[int32]int64{0: 100})
 }
+
+// TestStartInsideABatch: a start in the middle of a batch gets the records
+// from the start on, none before, from uncompressed and compressed batches,
+// whether Poll returns one partition's answer or several.
+func TestStartInsideABatch(t *testing.T) {
+	c := newCluster(t, 2)
+	// One batch of 20 records per partition (linger groups them), the
+	// second partition compressed.
+	produceRange(t, c, 0, 0, 20, kgo.ProducerLinger(50*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produceRange(t, c, 1, 0, 20, kgo.ProducerLinger(50*time.Millisecond), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	for _, both := range []bool{false, true} {
+		cons := newConsumer(t, c)
+		as := []consumer.Assignment{{Topic: topic, Partition: 0, Start: consumer.At(7)}}
+		if both {
+			as = append(as, consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.At(13)})
+		}
+		if err := cons.Assign(as...); err != nil {
+			t.Fatal(err)
+		}
+		from, to := map[int32]int64{0: 7}, map[int32]int64{0: 20}
+		n := 13
+		if both {
+			from[1], to[1] = 13, 20
+			n += 7
+		}
+		recs, evs, errs := pollUntil(t, cons, n, 10*time.Second)
+		if len(evs)+len(errs) > 0 {
+			t.Fatalf("events %v errors %v", evs, errs)
+		}
+		checkInOrder(t, recs, from, to)
+		if both {
+			// Values of compressed batches outlive the decoding of
+			// the batches after them.
+			produceRange(t, c, 1, 20, 200, kgo.ProducerBatchMaxBytes(512), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+			more, _, _ := pollUntil(t, cons, 180, 10*time.Second)
+			checkInOrder(t, append(recs, more...), from, map[int32]int64{0: 20, 1: 200})
+		}
+	}
+}
