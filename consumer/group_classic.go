@@ -344,9 +344,8 @@ func (g *group) sync(ctx context.Context, j joined, topics []string) (tpSet, map
 	if err != nil {
 		// The leader sent what no consumer can read: surface it and
 		// rejoin after a backoff (a new leader may do better).
-		err = &GroupError{Group: g.cfg.id, Op: "sync", Err: err}
 		g.surface("sync", err)
-		return nil, nil, err
+		return nil, nil, &GroupError{Group: g.cfg.id, Op: "sync", Err: err}
 	}
 	return setOf(a.Topics), counts, nil
 }
