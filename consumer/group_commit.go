@@ -284,6 +284,14 @@ func (g *group) autoOffsetsLocked(tps []TopicPartition) map[TopicPartition]Offse
 		if !ok || p.m.State() != seek.StateFetching {
 			continue
 		}
+		// A commit ahead of the snapshot that Poll has already reached
+		// (CommitSync after processing) is not undone; a rewind (a
+		// truncation moved the position below it) is committed.
+		if prev, had := g.committed[tp]; had && pos.Offset < prev.Offset {
+			if cur, ok := p.m.Position(); ok && cur.Offset >= prev.Offset {
+				continue
+			}
+		}
 		if om, want := g.wantCommitLocked(tp, pos); want {
 			out[tp] = om
 		}
