@@ -267,3 +267,40 @@ func TestCommitHygiene(t *testing.T) {
 		t.Fatal("Subscribe after Assign accepted")
 	}
 }
+
+// TestCommitByTopicID: against a coordinator that speaks OffsetCommit and
+// OffsetFetch v10 (topics by ID, KIP-848), commits carry the topic ID and
+// the leader epoch, and are read back by name.
+func TestCommitByTopicID(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 5)
+	var mu sync.Mutex
+	var seen []kmsg.OffsetCommitRequestTopic
+	var version int16
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.OffsetCommitRequest)
+		mu.Lock()
+		version, seen = req.Version, append(seen, req.Topics...)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	seq := 0
+	m := startMember(t, c, "m", "by-id", &seq, consumer.DisableAutoCommit())
+	waitFor(t, 10*time.Second, "5 records", func() bool { r, _ := m.got(); return len(r) == 5 })
+	m.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.cons.CommitSync(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if version < 10 || len(seen) != 1 || seen[0].TopicID == ([16]byte{}) || seen[0].Partitions[0].LeaderEpoch != 0 || seen[0].Partitions[0].Offset != 5 {
+		t.Fatalf("OffsetCommit v%d topics %+v", version, seen)
+	}
+	mu.Unlock()
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	if got, err := m.cons.Committed(ctx, tp); err != nil || got[tp] != (consumer.OffsetAndMetadata{Offset: 5, LeaderEpoch: 0}) {
+		t.Fatalf("committed %v %v", got, err)
+	}
+}
