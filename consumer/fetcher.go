@@ -25,6 +25,23 @@ type fetcher struct {
 	reserved int
 	// it decodes the answers (used by the fetch loop alone).
 	it batch.Iterator
+	// ctx is the context of the fetch in flight (used by the fetch loop
+	// alone); cancel ends it (guarded by Consumer.mu, nil when none is in
+	// flight), canceled says it was ended because a partition it fetches
+	// moved on (a seek, a new assignment).
+	ctx      context.Context
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+// cancelLocked ends the fetch in flight: one of its partitions no longer
+// wants what it asked for, and the others are asked again at once rather
+// than after the broker's FetchMaxWait.
+func (f *fetcher) cancelLocked() {
+	if f.cancel != nil && !f.canceled {
+		f.canceled = true
+		f.cancel()
+	}
 }
 
 // fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
@@ -122,6 +139,7 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 			continue
 		}
 		p.sent = true
+		p.flying = f
 		parts[tp] = inflight{p: p, req: p.fetch.Req}
 		want[tp] = fetchParams{
 			topicID: p.topicID, offset: p.fetch.Offset, currentLeaderEpoch: p.fetch.CurrentLeaderEpoch,
@@ -148,6 +166,8 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	}
 	f.reserved = maxBytes
 	c.reserved += maxBytes
+	f.ctx, f.cancel = context.WithTimeout(c.ctx, c.cfg.requestTimeout+c.cfg.maxWait)
+	f.canceled = false
 	pl := f.session.plan(want)
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
@@ -197,7 +217,7 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 // send issues the request and steps its answer into the partitions.
 func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight, pl plan, want map[TopicPartition]fetchParams) {
 	c := f.c
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout+c.cfg.maxWait)
+	ctx := f.ctx
 	var resp *kmsg.FetchResponse
 	var err error
 	if f.byName {
@@ -208,7 +228,6 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	} else {
 		resp, err = req.RequestWith(ctx, c.cl.Broker(int(f.id)))
 	}
-	cancel()
 
 	// Decode the answer's records here, without the lock: Poll then only
 	// steps them into the machines, and the brokers' answers are decoded
@@ -241,6 +260,14 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	f.cancel()
+	canceled := f.canceled
+	f.cancel, f.canceled, f.ctx = nil, false, nil
+	for _, in := range parts {
+		if in.p.flying == f {
+			in.p.flying = nil
+		}
+	}
 	c.reserved -= f.reserved
 	f.reserved = 0
 	if c.bufferFull {
@@ -253,9 +280,12 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	if err != nil {
 		f.session.reset()
 		code := seek.CodeNetworkException
-		switch err {
-		case kerr.FetchSessionIDNotFound, kerr.InvalidFetchSessionEpoch, kerr.FetchSessionTopicIDError:
-			// The session is gone: ask again with a full request.
+		switch {
+		case canceled && c.ctx.Err() == nil,
+			err == kerr.FetchSessionIDNotFound, err == kerr.InvalidFetchSessionEpoch, err == kerr.FetchSessionTopicIDError:
+			// Canceled because a partition moved on (whether the broker
+			// took the request is unknown), or the session is gone: ask
+			// again, at once, with a full request.
 			for _, in := range parts {
 				if in.p.fetch != nil && in.p.fetch.Req == in.req {
 					in.p.sent = false

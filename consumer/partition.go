@@ -28,6 +28,9 @@ type part struct {
 	// request.
 	fetch *seek.FetchRequest
 	sent  bool
+	// flying is the fetch loop whose request in flight includes the
+	// partition, nil when none does.
+	flying *fetcher
 
 	// buf is the Fetch answer waiting for Poll; its batches are stepped
 	// into the machine when Poll delivers them.
@@ -115,6 +118,12 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 	case seek.ActFetch:
 		f := a.Fetch
 		p.fetch, p.sent = &f, false
+		if p.flying != nil {
+			// The fetch in flight asks for what the partition no
+			// longer wants (it was seeked or reassigned): do not wait
+			// up to FetchMaxWait for it.
+			p.flying.cancelLocked()
+		}
 		c.fetcherLocked(f.Leader).wakeUp()
 	case seek.ActValidate:
 		c.offsets.addValidate(p.tp, a.Validate)
