@@ -204,15 +204,29 @@ func (g *group) isSubscribed() bool {
 	return g.subscribed
 }
 
-// Member returns the consumer's group member id and generation (the KIP-848
-// member epoch under ProtocolConsumer); "" and -1 when it is not a member.
-func (c *Consumer) Member() (memberID string, generation int32) {
-	if c.grp == nil {
-		return "", -1
+// GroupMetadata identifies a group member, as a transactional producer's
+// TxnOffsetCommit needs it (consume-transform-produce).
+type GroupMetadata struct {
+	Group string
+	// MemberID is "" and Generation -1 when the consumer is not a member
+	// (not subscribed, between memberships, or standalone commits).
+	MemberID string
+	// Generation is the classic generation, or the KIP-848 member epoch.
+	Generation int32
+	// InstanceID is the static member id, nil for a dynamic member.
+	InstanceID *string
+}
+
+// GroupMetadata returns the consumer's group membership; the zero Group
+// when it has no group.
+func (c *Consumer) GroupMetadata() GroupMetadata {
+	g := c.grp
+	if g == nil {
+		return GroupMetadata{Generation: -1}
 	}
-	c.grp.mu.Lock()
-	defer c.grp.mu.Unlock()
-	return c.grp.memberID, c.grp.generation
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GroupMetadata{Group: g.cfg.id, MemberID: g.memberID, Generation: g.generation, InstanceID: g.cfg.instanceID}
 }
 
 // enterPoll takes the poll gate for reading; the returned function
@@ -326,7 +340,9 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 	if commit && g.cfg.autoCommit {
 		if offs := g.autoOffsets(list); len(offs) > 0 {
 			cctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
-			_ = g.commitWait(cctx, offs)
+			if err := g.commitWait(cctx, offs); err != nil && !quietCommitErr(err) {
+				g.surface("autocommit", err)
+			}
 			cancel()
 		}
 	}
@@ -472,7 +488,7 @@ func (g *group) close(ctx context.Context) {
 	}
 	if g.cfg.autoCommit {
 		if offs := g.consumedOffsets(); len(offs) > 0 {
-			_ = g.commitWait(ctx, offs)
+			_ = g.commitWait(ctx, offs) // nobody polls any more to be told
 		}
 	}
 	g.mu.Lock()

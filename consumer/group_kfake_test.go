@@ -406,8 +406,8 @@ func TestGroupConsumerProtocol(t *testing.T) {
 		consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) { o.revoked("m1", partitionsOf(tps)) }))
 	waitFor(t, 10*time.Second, "m1 owns 4", func() bool { return o.count("m1") == 4 })
 	waitFor(t, 10*time.Second, "40 records", func() bool { r, _ := m1.got(); return len(r) >= 40 })
-	if id, epoch := m1.cons.Member(); id == "" || epoch <= 0 {
-		t.Fatalf("member %q epoch %d", id, epoch)
+	if gm := m1.cons.GroupMetadata(); gm.Group != "g848" || gm.MemberID == "" || gm.Generation <= 0 {
+		t.Fatalf("group metadata %+v", gm)
 	}
 	m2 := startMember(t, c, "m2", "g848", &seq, proto,
 		consumer.OnAssigned(func(_ context.Context, tps []consumer.TopicPartition) { o.assigned("m2", partitionsOf(tps)) }),
