@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -40,7 +41,13 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 				continue
 			}
 			delete(p.batches, o.Batch)
-			err := error(&errors.PartitionError{Op: "produce", Topic: o.TP.Topic, Partition: o.TP.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: o.Err})
+			cause := o.Err
+			if d.Fatal != nil && !errors.Is(cause, ErrProducerFatal) {
+				// The batch that met the fatal error: its report says
+				// the producer is stopped, like every other pending one.
+				cause = fmt.Errorf("%w: %w", ErrProducerFatal, cause)
+			}
+			err := error(&errors.PartitionError{Op: "produce", Topic: o.TP.Topic, Partition: o.TP.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: cause})
 			if o.MaybeWritten {
 				err = errors.Join(err, errors.ErrUnknownOutcome)
 			}

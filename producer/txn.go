@@ -40,11 +40,33 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
-	if err := p.Flush(ctx); err != nil {
-		return err
+	for {
+		p.mu.Lock()
+		st := p.txn.State()
+		p.mu.Unlock()
+		if st == TxnAbortableError || st == TxnFatalError {
+			break // Commit refuses at once; no need to wait for the records
+		}
+		if err := p.Flush(ctx); err != nil {
+			return err
+		}
+		err := p.txnOp(ctx, func() (TxnStep, error) {
+			if p.records > 0 {
+				// Produced after the flush: commit only once they are
+				// part of the transaction's batches (TxnState.Commit's
+				// contract), else they would slip into the next one.
+				return TxnStep{}, errFlushAgain
+			}
+			return p.txn.Commit()
+		})
+		if err != errFlushAgain {
+			return err
+		}
 	}
 	return p.txnOp(ctx, func() (TxnStep, error) { return p.txn.Commit() })
 }
+
+var errFlushAgain = errors.New("kepoch: records produced during commit")
 
 // AbortTransaction fails the transaction's records that are not sent yet
 // (with ErrTransactionAborted), waits for those on the wire, and aborts;
@@ -112,6 +134,17 @@ func (p *Producer) txnStepLocked(step TxnStep) []func() {
 	cbs := p.txnCallbacks
 	p.txnCallbacks = nil
 	cbs = p.applyLocked(step.Decision, cbs)
+	if st := p.txn.State(); st == TxnAbortableError || st == TxnFatalError {
+		// Records still buffered for the transaction can no longer be
+		// part of it: they fail now (the Sequencer failed its batches).
+		err := p.txn.stateErr()
+		if st == TxnFatalError && p.fatal == nil {
+			p.fatal = err
+		}
+		for _, ps := range p.parts {
+			cbs = ps.failAll(p, err, cbs)
+		}
+	}
 	if step.Send != nil {
 		p.txnSend = step.Send
 	}

@@ -225,7 +225,7 @@ func (t *TxnState) InitTransactions() (TxnStep, error) {
 // Begin opens a transaction.
 func (t *TxnState) Begin() error {
 	if err := t.transition(TxnInTransaction); err != nil {
-		return err
+		return t.stateErr()
 	}
 	clear(t.added)
 	t.pendingAdd = t.pendingAdd[:0]

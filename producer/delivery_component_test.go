@@ -1,0 +1,166 @@
+package producer_test
+
+// Component tests of delivery timeouts and fatal errors on kfake.
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// holdProduce makes the cluster hold every Produce request (after the
+// first skip ones) until release is closed; held requests are then
+// processed normally.
+func holdProduce(c *kfake.Cluster, skip int32) (release func()) {
+	ch := make(chan struct{})
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if n.Add(1) > skip {
+			select {
+			case <-ch:
+			default:
+				c.SleepControl(func() { <-ch })
+			}
+		}
+		return nil, nil, false
+	})
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			close(ch)
+		}
+	}
+}
+
+// A leader that holds every Produce request: the batch on the wire fails at
+// its delivery deadline with ErrDeliveryTimeout and ErrUnknownOutcome (it
+// may be in the log); the batch queued behind it, never sent, fails with a
+// clean ErrDeliveryTimeout. Afterwards the producer bumps its epoch (the
+// maybe-written batch holds sequences it cannot give back) and goes on.
+func TestDeliveryTimeoutOnTheWireVersusNeverSent(t *testing.T) {
+	c := newCluster(t, 1)
+	p, rec := newRecorded(t, c, producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(700*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	release := holdProduce(c, 0)
+	defer release()
+	onWire := sendAsync(t, ctx, p, prec(0, "a"))
+	time.Sleep(50 * time.Millisecond) // "a" is on the wire; the partition sends one batch at a time before its first ack
+	queued := sendAsync(t, ctx, p, prec(0, "b"))
+	start := time.Now()
+	ra := onWire.wait(3 * time.Second)[0]
+	rb := queued.wait(3 * time.Second)[0]
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Fatalf("failed after %v, before the delivery timeout", el)
+	}
+	if !errors.Is(ra.Err, producer.ErrDeliveryTimeout) || !errors.Is(ra.Err, errors.ErrUnknownOutcome) {
+		t.Fatalf("batch on the wire: %v; want ErrDeliveryTimeout and ErrUnknownOutcome", ra.Err)
+	}
+	if !errors.Is(rb.Err, producer.ErrDeliveryTimeout) || errors.Is(rb.Err, errors.ErrUnknownOutcome) {
+		t.Fatalf("batch never sent: %v; want a clean ErrDeliveryTimeout", rb.Err)
+	}
+	var pe *errors.PartitionError
+	if !errors.As(rb.Err, &pe) || pe.Topic != topic || pe.Partition != 0 {
+		t.Fatalf("error %v carries no partition", rb.Err)
+	}
+	// Once the last attempt of "a" times out, nothing can resolve its
+	// sequences: the producer bumps its epoch (a late acknowledgement of
+	// that attempt would have resolved them instead).
+	eventually(t, time.Second, "no bump after a maybe-written batch expired", func() bool { return p.Bumps() == 1 })
+	pc := sendAsync(t, ctx, p, prec(0, "c"))
+	release()
+	mustOK(t, pc.wait(5*time.Second))
+	if p.Bumps() != 1 || p.ProducerID().Epoch != 1 {
+		t.Fatalf("%d bumps, identity %v", p.Bumps(), p.ProducerID())
+	}
+	// "a" may be in the log (once: its resends were deduplicated), "b"
+	// never, "c" once.
+	got := values(partitionLog(t, c, 0))
+	if !(len(got) == 1 && got[0] == "c") && !(len(got) == 2 && got[0] == "a" && got[1] == "c") {
+		t.Fatalf("log %q", got)
+	}
+	// OnOutcome saw the batch that was on the wire fail, maybe written;
+	// the one never sent is the I/O layer's alone.
+	os := rec.Outcomes()
+	if kinds(os) != "Failed" || !os[0].(producer.Failed).MaybeWritten || !errors.Is(os[0].(producer.Failed).Err, producer.ErrDeliveryTimeout) {
+		t.Fatalf("outcomes %s %+v", kinds(os), os)
+	}
+}
+
+// Errors that stop the producer for good: the batch that met it and every
+// pending record fail with ErrProducerFatal (wrapping the code); Produce
+// then returns it; records already acknowledged stay acknowledged.
+func TestFatalErrorsFailEverythingPending(t *testing.T) {
+	codes := []*kerr.Error{kerr.ProducerFenced, kerr.TransactionalIDAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.UnsupportedVersion, kerr.UnsupportedForMessageFormat}
+	for _, code := range codes {
+		t.Run(code.Message, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			p, _ := newRecorded(t, c)
+			ctx := testCtx(t, 10*time.Second)
+			// The first request (one batch per partition) is held while
+			// more records queue behind it, then answered: partition 0
+			// with the fatal code, the others acknowledged.
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+			release := holdProduce(c, 0)
+			defer release()
+			first := sendAsync(t, ctx, p, prec(0, "a0"), prec(1, "b0"), prec(2, "c0"))
+			time.Sleep(50 * time.Millisecond)
+			rest := sendAsync(t, ctx, p, prec(0, "a1"), prec(1, "b1"), prec(2, "c1"), prec(0, "a2"))
+			release()
+			r1 := first.wait(5 * time.Second)
+			r2 := rest.wait(5 * time.Second)
+			if !errors.Is(r1[0].Err, producer.ErrProducerFatal) || !errors.Is(r1[0].Err, code) {
+				t.Fatalf("batch that met the error: %v", r1[0].Err)
+			}
+			mustOK(t, r1[1:])
+			for _, r := range r2 {
+				if !errors.Is(r.Err, producer.ErrProducerFatal) || !errors.Is(r.Err, code) {
+					t.Fatalf("pending record %s: %v", r.Record.Value, r.Err)
+				}
+			}
+			err = p.Produce(ctx, prec(1, "late"), nil)
+			if !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, code) {
+				t.Fatalf("Produce after a fatal error: %v", err)
+			}
+			if _, err := p.ProduceSync(ctx, prec(2, "late")); !errors.Is(err, producer.ErrProducerFatal) {
+				t.Fatalf("ProduceSync after a fatal error: %v", err)
+			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatalf("Flush after a fatal error: %v", err)
+			}
+			wantLog(t, c, 0, nil)
+			wantLog(t, c, 1, []string{"b0"})
+			wantLog(t, c, 2, []string{"c0"})
+		})
+	}
+}
+
+// A fatal InitProducerId answer (not authorized) fails what waits for the
+// producer ID.
+func TestFatalInitProducerID(t *testing.T) {
+	c := newCluster(t, 1)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
+	p, _ := newRecorded(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	pr := sendAsync(t, context.Background(), p, prec(0, "x"))
+	r := pr.wait(5 * time.Second)[0]
+	if !errors.Is(r.Err, producer.ErrProducerFatal) || !errors.Is(r.Err, kerr.ClusterAuthorizationFailed) {
+		t.Fatalf("report %v", r.Err)
+	}
+	if err := p.Produce(ctx, prec(0, "y"), nil); !errors.Is(err, producer.ErrProducerFatal) {
+		t.Fatalf("Produce: %v", err)
+	}
+}
