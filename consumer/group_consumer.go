@@ -61,6 +61,32 @@ func (g *group) runConsumer() {
 		failures++
 		return sleep(ctx, min(g.c.cfg.tick<<min(failures, 6), 5*time.Second))
 	}
+	// Reconciliation (commits, callbacks, OffsetFetch) runs on its own
+	// goroutine, one at a time, so that heartbeats go on meanwhile; the
+	// loop waits for it before it returns or drops the partitions.
+	var (
+		reconciling chan struct{} // closed when the running reconciliation ends; nil when none runs
+		changed     bool          // set by the reconciliation before it closes reconciling
+		pending     *kmsg.ConsumerGroupHeartbeatResponseAssignment
+	)
+	startReconcile := func() {
+		a := pending
+		pending = nil
+		done := make(chan struct{})
+		reconciling = done
+		go func() {
+			defer close(done)
+			changed = g.reconcile848(ctx, a)
+		}()
+	}
+	waitReconcile := func() {
+		if reconciling != nil {
+			<-reconciling
+			reconciling = nil
+		}
+		pending = nil
+	}
+	defer waitReconcile()
 	for ctx.Err() == nil {
 		resp, err := g.heartbeat848(ctx, &st)
 		if err != nil {
@@ -88,6 +114,7 @@ func (g *group) runConsumer() {
 			}
 			continue
 		case isCode(err, kerr.FencedMemberEpoch), isCode(err, kerr.UnknownMemberID):
+			waitReconcile()
 			g.loseAll(false)
 			st.epoch = 0
 			continue
@@ -98,6 +125,7 @@ func (g *group) runConsumer() {
 			if resp.ErrorMessage != nil {
 				err = fmt.Errorf("%w: %s", err, *resp.ErrorMessage)
 			}
+			waitReconcile()
 			g.fatal("heartbeat", err)
 			return
 		default:
@@ -120,20 +148,33 @@ func (g *group) runConsumer() {
 		if resp.HeartbeatIntervalMillis > 0 {
 			st.interval = time.Duration(resp.HeartbeatIntervalMillis) * time.Millisecond
 		}
-		changed := false
 		if resp.Assignment != nil {
-			changed = g.reconcile848(ctx, resp.Assignment)
-		}
-		if changed {
-			continue // report the new owned set at once
+			pending = resp.Assignment
+			if reconciling == nil {
+				startReconcile()
+			}
 		}
 		t := time.NewTimer(st.interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-g.rejoin:
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-g.rejoin:
+				break wait
+			case <-t.C:
+				break wait
+			case <-reconciling:
+				reconciling = nil
+				moved := changed
+				if pending != nil {
+					startReconcile()
+				}
+				if moved {
+					break wait // report the new owned set at once
+				}
+			}
 		}
 		t.Stop()
 	}

@@ -304,3 +304,31 @@ func TestCommitByTopicID(t *testing.T) {
 		t.Fatalf("committed %v %v", got, err)
 	}
 }
+
+// TestGroupConsumerProtocolHeartbeatsDuringCallbacks: a revoke callback
+// slower than the session timeout does not get a KIP-848 member fenced:
+// heartbeats go on while it runs.
+func TestGroupConsumerProtocolHeartbeatsDuringCallbacks(t *testing.T) {
+	c := newClusterWith(t, 2, kfake.BrokerConfigs(map[string]string{
+		"group.consumer.heartbeat.interval.ms": "100",
+		"group.consumer.session.timeout.ms":    "600",
+	}))
+	seq := 0
+	proto := consumer.WithGroupProtocol(consumer.ProtocolConsumer)
+	slow := consumer.OnRevoked(func(context.Context, []consumer.TopicPartition) { time.Sleep(1500 * time.Millisecond) })
+	var lostMu sync.Mutex
+	lost := 0
+	onLost := consumer.OnLost(func(context.Context, []consumer.TopicPartition) { lostMu.Lock(); lost++; lostMu.Unlock() })
+	m1 := startMember(t, c, "m1", "slow", &seq, proto, slow, onLost)
+	waitFor(t, 10*time.Second, "m1 assigned", func() bool { return len(m1.log.log()) > 0 })
+	m2 := startMember(t, c, "m2", "slow", &seq, proto)
+	waitFor(t, 15*time.Second, "m2 gets a partition", func() bool { return m2.log.ownedCount() == 1 })
+	lostMu.Lock()
+	defer lostMu.Unlock()
+	if lost != 0 {
+		t.Fatalf("m1 lost its partitions %d times during a slow revoke", lost)
+	}
+	if gm := m1.cons.GroupMetadata(); gm.Generation <= 0 {
+		t.Fatalf("m1 fenced: %+v", gm)
+	}
+}
