@@ -416,6 +416,17 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 		}
 		return false, errors.Join(errs...)
 	}
+	if req.Version < 6 {
+		// A coordinator before Kafka 2.1 stores no leader epochs: the
+		// commits were made without them.
+		if fn := g.cfg.onEpochless; fn != nil {
+			for _, tp := range sortedKeys(offsets) {
+				if om := offsets[tp]; om.LeaderEpoch >= 0 {
+					fn(tp, OffsetAndMetadata{Offset: om.Offset, LeaderEpoch: -1, Metadata: om.Metadata})
+				}
+			}
+		}
+	}
 	var errs []error
 	answered := map[TopicPartition]bool{}
 	c.mu.Lock()
