@@ -172,6 +172,9 @@ func (c *Consumer) subscribe(topics []string, re *regexp.Regexp, expr string) er
 	if g.closed {
 		return errors.ErrClosed
 	}
+	if g.ctx.Err() != nil {
+		return fmt.Errorf("consumer: the group membership ended: %w", context.Cause(g.ctx))
+	}
 	if manual && !g.subscribed {
 		return fmt.Errorf("consumer: Subscribe after Assign (a consumer is either assigned by hand or by its group)")
 	}
