@@ -332,3 +332,40 @@ func TestGroupConsumerProtocolHeartbeatsDuringCallbacks(t *testing.T) {
 		t.Fatalf("m1 fenced: %+v", gm)
 	}
 }
+
+// TestAutocommitWindow: autocommit stores what the application had been
+// given when its latest Poll began, so records are committed only once
+// the application asked for more after them.
+func TestAutocommitWindow(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 10)
+	cons := newConsumer(t, c, append(groupOpts("window"), consumer.AutoCommitInterval(20*time.Millisecond))...)
+	if err := cons.Subscribe(topic); err != nil {
+		t.Fatal(err)
+	}
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var recs []consumer.Record
+	for len(recs) < 10 {
+		f, err := cons.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, f.Records...)
+	}
+	// The application "processes" the 10 records: nothing of them is
+	// committed meanwhile.
+	time.Sleep(200 * time.Millisecond)
+	if got, err := cons.Committed(ctx, tp); err != nil || got[tp].Offset > 0 {
+		t.Fatalf("committed %v %v while the records were being processed", got, err)
+	}
+	// The next Poll says they were processed.
+	pctx, pcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _ = cons.Poll(pctx)
+	pcancel()
+	waitFor(t, 5*time.Second, "the autocommit of 10", func() bool {
+		got, err := cons.Committed(ctx, tp)
+		return err == nil && got[tp] == consumer.OffsetAndMetadata{Offset: 10, LeaderEpoch: 0}
+	})
+}
