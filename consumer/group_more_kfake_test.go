@@ -369,3 +369,42 @@ func TestAutocommitWindow(t *testing.T) {
 		return err == nil && got[tp] == consumer.OffsetAndMetadata{Offset: 10, LeaderEpoch: 0}
 	})
 }
+
+// TestGroupConsumerProtocolStaticMember: a KIP-848 static member closes
+// with member epoch -2 (it will come back) and its successor under the same
+// instance id gets the same partitions, while the other member keeps its
+// own.
+func TestGroupConsumerProtocolStaticMember(t *testing.T) {
+	c := newClusterWith(t, 4, kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}))
+	leaves := map[int32]int{}
+	var mu sync.Mutex
+	c.ControlKey(int16(kmsg.ConsumerGroupHeartbeat), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if e := kr.(*kmsg.ConsumerGroupHeartbeatRequest).MemberEpoch; e < 0 {
+			mu.Lock()
+			leaves[e]++
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	seq := 0
+	proto := consumer.WithGroupProtocol(consumer.ProtocolConsumer)
+	s1 := startMember(t, c, "s1", "static848", &seq, proto, consumer.GroupInstanceID("i1"))
+	s2 := startMember(t, c, "s2", "static848", &seq, proto, consumer.GroupInstanceID("i2"))
+	waitFor(t, 15*time.Second, "2 each", func() bool { return s1.log.ownedCount() == 2 && s2.log.ownedCount() == 2 })
+	had, other := s1.log.ownedList(), s2.log.log()
+	s1.closeNow(t)
+	s1b := startMember(t, c, "s1b", "static848", &seq, proto, consumer.GroupInstanceID("i1"))
+	waitFor(t, 10*time.Second, "s1 back with 2", func() bool { return s1b.log.ownedCount() == 2 })
+	if got := s1b.log.ownedList(); !slices.Equal(got, had) {
+		t.Fatalf("static member came back with %v, had %v", got, had)
+	}
+	if l := s2.log.log(); !slices.Equal(l, other) {
+		t.Fatalf("the other member's partitions moved: %v → %v", other, l)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if leaves[-2] != 1 || leaves[-1] != 0 {
+		t.Fatalf("leaves by epoch %v; want one static leave (-2)", leaves)
+	}
+}
