@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/errors"
@@ -209,12 +210,14 @@ type groupMember struct {
 }
 
 // TestGroupRebalancesUnderLoad: three members join and leave a
-// cooperative-sticky (classic protocol) group one after another while a producer writes to six
-// partitions. Every record is delivered; per partition each owner delivers
-// a contiguous run of offsets; a new owner starts no later than where the
-// previous owner stopped (nothing skipped) and at most the previous owner's
-// last Poll of that partition earlier (the documented at-least-once
-// window); no truncation is reported.
+// cooperative-sticky (classic protocol) group one after another, and the
+// group coordinator is killed and restarted, while a producer writes to six
+// partitions (acks=all, min.insync.replicas 2). Every record is delivered;
+// per partition each owner delivers a contiguous run of offsets; a new
+// owner starts no later than where the previous owner stopped (nothing
+// skipped) and at most the previous owner's last Poll of that partition
+// earlier (the documented at-least-once window); no truncation is reported
+// (the leader changes the kill causes are clean).
 func TestGroupRebalancesUnderLoad(t *testing.T) {
 	rebalanceUnderLoad(t, consumer.ProtocolClassic, 4*time.Second)
 }
@@ -348,6 +351,20 @@ func rebalanceUnderLoad(t *testing.T, proto consumer.GroupProtocol, step time.Du
 	pause()
 	cc := startMember("c")
 	pause()
+	// The group coordinator dies and comes back under load.
+	coord, err := groupCoordinator(ctx, c, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(ctx, coord); err != nil {
+		t.Fatal(err)
+	}
+	logf("coordinator %d killed", coord)
+	pause()
+	if err := c.Start(ctx, coord); err != nil {
+		t.Fatal(err)
+	}
+	logf("broker %d back", coord)
 	closeMember(a)
 	pause()
 	a2 := startMember("a2")
@@ -452,4 +469,20 @@ func rebalanceUnderLoad(t *testing.T, proto consumer.GroupProtocol, step time.Du
 	if handovers < parts {
 		t.Fatalf("only %d handovers: the members did not rebalance", handovers)
 	}
+}
+
+// groupCoordinator asks the cluster which broker coordinates group.
+func groupCoordinator(ctx context.Context, c *Cluster, group string) (int32, error) {
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = group
+	req.CoordinatorKeys = []string{group}
+	resp, err := req.RequestWith(ctx, c.Client)
+	if err != nil {
+		return -1, err
+	}
+	node, code := resp.NodeID, resp.ErrorCode
+	for _, co := range resp.Coordinators {
+		node, code = co.NodeID, co.ErrorCode
+	}
+	return node, errCode(code)
 }
