@@ -495,43 +495,60 @@ func (g *group) topicIDs(ctx context.Context, offsets map[TopicPartition]OffsetA
 }
 
 // fetchCommitted reads committed offsets (OffsetFetch, require_stable) of
-// tps. A partition without a commit has offset -1.
+// tps. A partition without a commit has offset -1. The request names each
+// topic and carries its ID (v10+ is keyed by ID); kgo picks the version.
 func (g *group) fetchCommitted(ctx context.Context, tps []TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
 	c := g.c
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = g.cfg.id
-	req.RequireStable = true
+	offs := make(map[TopicPartition]OffsetAndMetadata, len(tps))
+	for _, tp := range tps {
+		offs[tp] = OffsetAndMetadata{}
+	}
+	ids := g.topicIDs(ctx, offs)
+	names := map[[16]byte]string{}
+	rg := kmsg.NewOffsetFetchRequestGroup()
+	rg.Group = g.cfg.id
 	idx := map[string]int{}
-	sorted := append([]TopicPartition(nil), tps...)
-	sortTPs(sorted)
-	for _, tp := range sorted {
+	for _, tp := range sortedKeys(offs) {
 		i, ok := idx[tp.Topic]
 		if !ok {
-			t := kmsg.NewOffsetFetchRequestTopic()
-			t.Topic = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
+			t := kmsg.NewOffsetFetchRequestGroupTopic()
+			t.Topic, t.TopicID = tp.Topic, ids[tp.Topic]
+			names[t.TopicID] = tp.Topic
+			rg.Topics = append(rg.Topics, t)
+			i = len(rg.Topics) - 1
 			idx[tp.Topic] = i
 		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
+		rg.Topics[i].Partitions = append(rg.Topics[i].Partitions, tp.Partition)
 	}
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.RequireStable = true
+	req.Groups = append(req.Groups, rg)
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
 		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: err}
 	}
-	if err := codeErr(resp.ErrorCode); err != nil {
-		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: err}
+	var gr *kmsg.OffsetFetchResponseGroup
+	for i := range resp.Groups {
+		if resp.Groups[i].Group == g.cfg.id {
+			gr = &resp.Groups[i]
+		}
 	}
-	want := map[TopicPartition]bool{}
-	for _, tp := range tps {
-		want[tp] = true
+	if gr == nil {
+		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: fmt.Errorf("group missing from the answer")}
+	}
+	if err := codeErr(gr.ErrorCode); err != nil {
+		return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: err}
 	}
 	out := map[TopicPartition]OffsetAndMetadata{}
 	var errs []error
-	for _, t := range resp.Topics {
+	for _, t := range gr.Topics {
+		name := t.Topic
+		if name == "" {
+			name = names[t.TopicID]
+		}
 		for _, rp := range t.Partitions {
-			tp := TopicPartition{t.Topic, rp.Partition}
-			if !want[tp] {
+			tp := TopicPartition{name, rp.Partition}
+			if _, want := offs[tp]; !want {
 				continue
 			}
 			if rp.ErrorCode != 0 {
@@ -552,7 +569,7 @@ func (g *group) fetchCommitted(ctx context.Context, tps []TopicPartition) (map[T
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	for tp := range want {
+	for tp := range offs {
 		if _, ok := out[tp]; !ok {
 			return nil, &GroupError{Group: g.cfg.id, Op: "offset fetch", Err: fmt.Errorf("partition %v missing from the answer", tp)}
 		}
