@@ -161,8 +161,8 @@ func TestCooperativeStickyLeave(t *testing.T) {
 func TestCooperativeStickyClaims(t *testing.T) {
 	parts := map[string]int32{"t": 4}
 	a, b := member("a", "t"), member("b", "t")
-	a.sub.Owned, a.sub.Generation = []TopicPartitions{{Topic: "t", Partitions: []int32{0, 1}}}, 5
-	b.sub.Owned, b.sub.Generation = []TopicPartitions{{Topic: "t", Partitions: []int32{1, 2}}}, 5
+	a.sub.Owned, a.sub.Generation = []topicParts{{Topic: "t", Partitions: []int32{0, 1}}}, 5
+	b.sub.Owned, b.sub.Generation = []topicParts{{Topic: "t", Partitions: []int32{1, 2}}}, 5
 	out := stickyAssignor{}.assign([]assignMember{a, b}, parts)
 	checkValid(t, []assignMember{a, b}, out, parts)
 	if !out["a"].has(TopicPartition{"t", 0}) || !out["b"].has(TopicPartition{"t", 2}) {

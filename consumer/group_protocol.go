@@ -67,9 +67,9 @@ func (e *GroupDataError) Error() string {
 // Is makes the error match ErrMalformedGroupData.
 func (e *GroupDataError) Is(target error) bool { return target == ErrMalformedGroupData }
 
-// TopicPartitions is a set of partitions of one topic, as group protocol
+// topicParts is a set of partitions of one topic, as group protocol
 // messages list them.
-type TopicPartitions struct {
+type topicParts struct {
 	Topic      string
 	Partitions []int32
 }
@@ -79,7 +79,7 @@ type groupSubscription struct {
 	Version    int16
 	Topics     []string
 	UserData   []byte // nil: null
-	Owned      []TopicPartitions
+	Owned      []topicParts
 	Generation int32   // -1: none
 	Rack       *string // nil: null
 }
@@ -87,7 +87,7 @@ type groupSubscription struct {
 // groupAssignment is a decoded (or to-be-encoded) assignment.
 type groupAssignment struct {
 	Version  int16
-	Topics   []TopicPartitions
+	Topics   []topicParts
 	UserData []byte
 }
 
@@ -109,7 +109,7 @@ func appendNullableBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
-func appendTopicPartitions(b []byte, tps []TopicPartitions) []byte {
+func appendTopicPartitions(b []byte, tps []topicParts) []byte {
 	b = appendInt32(b, int32(len(tps)))
 	for _, tp := range tps {
 		b = appendString(b, tp.Topic)
@@ -256,9 +256,9 @@ func (r *groupReader) arrayLen(min int) int {
 	return int(n)
 }
 
-func (r *groupReader) topicPartitions() []TopicPartitions {
+func (r *groupReader) topicPartitions() []topicParts {
 	n := r.arrayLen(6)
-	var out []TopicPartitions
+	var out []topicParts
 	for i := 0; i < n && r.err == ""; i++ {
 		t := r.string()
 		np := r.arrayLen(4)
@@ -266,7 +266,7 @@ func (r *groupReader) topicPartitions() []TopicPartitions {
 		for j := 0; j < np && r.err == ""; j++ {
 			ps = append(ps, r.int32())
 		}
-		out = append(out, TopicPartitions{Topic: t, Partitions: ps})
+		out = append(out, topicParts{Topic: t, Partitions: ps})
 	}
 	return out
 }
@@ -398,19 +398,19 @@ func sortTPs(tps []TopicPartition) {
 
 // group lists the set as the protocol does: topics sorted, partitions
 // sorted within each.
-func (s tpSet) group() []TopicPartitions {
-	var out []TopicPartitions
+func (s tpSet) group() []topicParts {
+	var out []topicParts
 	for _, tp := range s.sorted() {
 		if n := len(out); n > 0 && out[n-1].Topic == tp.Topic {
 			out[n-1].Partitions = append(out[n-1].Partitions, tp.Partition)
 			continue
 		}
-		out = append(out, TopicPartitions{Topic: tp.Topic, Partitions: []int32{tp.Partition}})
+		out = append(out, topicParts{Topic: tp.Topic, Partitions: []int32{tp.Partition}})
 	}
 	return out
 }
 
-func setOf(tps []TopicPartitions) tpSet {
+func setOf(tps []topicParts) tpSet {
 	s := tpSet{}
 	for _, t := range tps {
 		for _, p := range t.Partitions {

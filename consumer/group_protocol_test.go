@@ -42,7 +42,7 @@ var subscriptionCases = []struct {
 	{
 		name: "v1 owned partitions",
 		sub: groupSubscription{Version: 1, Topics: []string{"ab"}, UserData: []byte{}, Generation: -1,
-			Owned: []TopicPartitions{{Topic: "ab", Partitions: []int32{1}}}},
+			Owned: []topicParts{{Topic: "ab", Partitions: []int32{1}}}},
 		hex: `0001
 		      00000001 0002 6162
 		      00000000                         user data, empty
@@ -51,7 +51,7 @@ var subscriptionCases = []struct {
 	{
 		name: "v3 cooperative-sticky with generation and rack",
 		sub: groupSubscription{Version: 3, Topics: []string{"a", "bc"}, UserData: encodeStickyGeneration(5),
-			Owned: []TopicPartitions{{Topic: "a", Partitions: []int32{0, 2}}}, Generation: 5, Rack: strp("r1")},
+			Owned: []topicParts{{Topic: "a", Partitions: []int32{0, 2}}}, Generation: 5, Rack: strp("r1")},
 		hex: `0003
 		      00000002 0001 61 0002 6263                     topics [a bc]
 		      00000004 00000005                              user data: generation 5
@@ -114,7 +114,7 @@ func TestSubscriptionKnownBytes(t *testing.T) {
 }
 
 func TestAssignmentKnownBytes(t *testing.T) {
-	a := groupAssignment{Version: 3, Topics: []TopicPartitions{{Topic: "a", Partitions: []int32{1}}, {Topic: "b", Partitions: []int32{0, 3}}}}
+	a := groupAssignment{Version: 3, Topics: []topicParts{{Topic: "a", Partitions: []int32{1}}, {Topic: "b", Partitions: []int32{0, 3}}}}
 	want := unhex(t, stripComments(`0003
 		00000002
 		0001 61 00000001 00000001              a [1]
@@ -156,7 +156,7 @@ func TestNewerVersionsReadAsLatest(t *testing.T) {
 	if dec.Version != 9 || dec.Generation != 7 || *dec.Rack != "r" || dec.Topics[0] != "t" {
 		t.Fatalf("decoded %+v", dec)
 	}
-	a := groupAssignment{Version: 5, Topics: []TopicPartitions{{Topic: "t", Partitions: []int32{2}}}}
+	a := groupAssignment{Version: 5, Topics: []topicParts{{Topic: "t", Partitions: []int32{2}}}}
 	ab := append(a.encode(nil), 0, 0, 0, 0)
 	if dec, err := decodeAssignment(ab); err != nil || dec.Topics[0].Partitions[0] != 2 {
 		t.Fatalf("assignment v5: %+v %v", dec, err)
@@ -174,7 +174,7 @@ func TestMalformedGroupData(t *testing.T) {
 			t.Fatalf("subscription cut at %d: %v", n, err)
 		}
 	}
-	as := groupAssignment{Version: 1, Topics: []TopicPartitions{{Topic: "a", Partitions: []int32{1, 2}}}}
+	as := groupAssignment{Version: 1, Topics: []topicParts{{Topic: "a", Partitions: []int32{1, 2}}}}
 	afull := as.encode(nil)
 	for n := 1; n < len(afull); n++ {
 		if _, err := decodeAssignment(afull[:n]); !errors.Is(err, ErrMalformedGroupData) {
@@ -220,7 +220,7 @@ func FuzzDecodeGroupData(f *testing.F) {
 	for _, tc := range subscriptionCases {
 		f.Add(tc.sub.encode(nil))
 	}
-	a := groupAssignment{Version: 3, Topics: []TopicPartitions{{Topic: "a", Partitions: []int32{1}}}}
+	a := groupAssignment{Version: 3, Topics: []topicParts{{Topic: "a", Partitions: []int32{1}}}}
 	f.Add(a.encode(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if s, err := decodeSubscription(b, ""); err == nil {
