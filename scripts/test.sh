@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test run behind `make test`: lint, then the local Kafka cluster,
-# then every test (unit, component on kfake, real-cluster in integration/)
-# with -race, then a short fuzz pass over every fuzz target. The cluster is
+# then every test with -race (unit and component on kfake first, then the
+# real-cluster scenarios of integration/ on their own, so timing-sensitive
+# fault tests do not share the two cores with the unit tests), then a short
+# fuzz pass over every fuzz target. The cluster is
 # stopped on every exit path, so no JVM outlives the run; its logs stay in
 # $KEPOCH_KAFKA_STATE (default /tmp/kepoch-kafka) and are printed on failure.
 set -euo pipefail
@@ -24,8 +26,11 @@ make -s lint
 echo "== local Kafka cluster"
 bash scripts/kafka-local.sh up
 
-echo "== tests (-race; real-cluster tests included)"
-KEPOCH_KAFKA=1 go test -race -count=1 -timeout 25m ./...
+echo "== unit and component tests (-race)"
+go test -race -count=1 -timeout 15m $(go list ./... | grep -v /integration)
+
+echo "== real-cluster tests (-race)"
+KEPOCH_KAFKA=1 go test -race -count=1 -timeout 25m ./integration/
 
 echo "== fuzz smoke"
 bash scripts/fuzz-smoke.sh
