@@ -18,6 +18,13 @@ type pstate struct {
 	open  *pbatch
 	queue []*pbatch // closed, not yet assigned a sequence (FIFO)
 
+	// order holds the partition's unreported batches in the order their
+	// records were produced (which is sequence and offset order). A
+	// finished batch is reported only once every batch before it is, so
+	// delivery reports of a partition come in offset order even when a
+	// later batch is acknowledged before an earlier one's retry.
+	order []*pbatch
+
 	// Non-idempotent producers: the batch in flight (one per partition,
 	// so a retry never overtakes a later batch).
 	inflight *pbatch
@@ -33,7 +40,7 @@ type pending struct {
 // pbatch is one record batch of one partition.
 type pbatch struct {
 	tp       TopicPartition
-	recs     []*pending
+	recs     []pending
 	size     int
 	created  time.Time
 	deadline time.Time
@@ -45,13 +52,22 @@ type pbatch struct {
 	retryAt  time.Time
 	maybe    bool // an attempt ended without a definite answer (non-idempotent)
 	recovery Outcome
+
+	// no numbers the batch (split parts keep their parent's) for Flush.
+	no uint64
+
+	// The report, once the batch is finished (guarded by Producer.mu until
+	// handed to the callback goroutine).
+	done bool
+	err  error
+	base int64
 }
 
 func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 	ps := p.parts[tp]
 	if ps == nil {
 		ps = &pstate{tp: tp, topicID: topicID, leader: -1, epoch: -1}
-		if mp, err := p.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 {
+		if mp, err := p.meta.Lookup(tp.Topic, tp.Partition); err == nil && mp.Leader >= 0 {
 			ps.leader, ps.epoch = mp.Leader, mp.LeaderEpoch
 		}
 		p.parts[tp] = ps
@@ -65,13 +81,16 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 
 // add appends a record to the open batch, closing it first when the record
 // would overflow it.
-func (ps *pstate) add(p *Producer, pr *pending) {
+func (ps *pstate) add(p *Producer, pr pending) {
 	if ps.open != nil && ps.open.size+pr.size > p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}
 	if ps.open == nil {
 		now := time.Now()
-		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize}
+		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize, epoch: -1, no: p.batchNo}
+		p.batchNo++
+		p.undelivered++
+		ps.order = append(ps.order, ps.open)
 	}
 	ps.open.recs = append(ps.open.recs, pr)
 	ps.open.size += pr.size
@@ -94,7 +113,7 @@ func (ps *pstate) closeOpen(p *Producer) {
 	if err := p.encode(b); err != nil {
 		// A record the codec refuses (e.g. too many headers) fails alone
 		// with its batch; nothing was sent.
-		p.deferred = p.finishLocked(b, err, -1, nil, p.deferred)
+		p.finishLocked(b, err, -1, nil)
 		return
 	}
 	ps.queue = append(ps.queue, b)
@@ -114,8 +133,8 @@ func (p *Producer) encode(b *pbatch) error {
 		spec.Transactional = p.txn != nil
 	}
 	p.builder.Reset(spec)
-	for _, pr := range b.recs {
-		r := pr.rec
+	for i := range b.recs {
+		r := b.recs[i].rec
 		if err := p.builder.Append(r.Timestamp.UnixMilli(), r.Key, r.Value, toBatchHeaders(r.Headers)); err != nil {
 			return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 		}
@@ -129,50 +148,169 @@ func (p *Producer) encode(b *pbatch) error {
 }
 
 // finishLocked ends every record of b with its report: acknowledged at
-// base (err nil) or failed with err. It returns the callbacks to run
-// outside the lock, appended to cbs.
-func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outcome, cbs []func()) []func() {
-	if recovery == nil {
-		recovery = b.recovery
+// base (err nil) or failed with err. The buffer space is freed now; the
+// reports go to the callback goroutine once every earlier batch of the
+// partition is reported. A batch is finished once.
+func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outcome) {
+	if b.done {
+		return
 	}
-	for i, pr := range b.recs {
-		res := Result{Record: pr.rec, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: err, Recovery: recovery}
-		if err == nil && base >= 0 {
-			res.Offset = base + int64(i)
-		}
-		if err != nil {
-			res.LeaderEpoch = -1
-		}
-		p.buffered -= pr.size
-		p.records--
-		if cb := pr.cb; cb != nil {
-			cbs = append(cbs, func() { cb(res) })
+	b.done, b.err, b.base = true, err, base
+	if recovery != nil {
+		b.recovery = recovery
+	}
+	b.encoded = nil
+	for i := range b.recs {
+		p.buffered -= b.recs[i].size
+	}
+	if p.spaceWaiters > 0 {
+		close(p.spaceWake)
+		p.spaceWake = make(chan struct{})
+	}
+	ps := p.parts[b.tp]
+	if ps == nil {
+		p.queueEventLocked(event{b: b})
+		return
+	}
+	i := 0
+	for i < len(ps.order) && ps.order[i].done {
+		p.queueEventLocked(event{b: ps.order[i]})
+		i++
+	}
+	if i > 0 {
+		clear(ps.order[:i])
+		ps.order = ps.order[i:]
+	}
+}
+
+// replaceInOrder puts the batches bs where b was in its partition's report
+// order (b was split).
+func (ps *pstate) replaceInOrder(b *pbatch, bs []*pbatch) {
+	for i, x := range ps.order {
+		if x == b {
+			rest := append(bs, ps.order[i+1:]...)
+			ps.order = append(ps.order[:i], rest...)
+			return
 		}
 	}
-	b.recs = nil
-	close(p.spaceWake)
-	p.spaceWake = make(chan struct{})
-	close(p.doneWake)
-	p.doneWake = make(chan struct{})
-	return cbs
+	ps.order = append(ps.order, bs...)
 }
 
 // failAll fails every batch of the partition that is not on the wire.
-func (ps *pstate) failAll(p *Producer, err error, cbs []func()) []func() {
-	if ps.open != nil {
-		cbs = p.finishLocked(ps.open, err, -1, nil, cbs)
-		ps.open = nil
-	}
+func (ps *pstate) failAll(p *Producer, err error) {
 	for _, b := range ps.queue {
-		cbs = p.finishLocked(b, err, -1, nil, cbs)
+		p.finishLocked(b, err, -1, nil)
 	}
 	ps.queue = nil
-	if b := ps.inflight; b != nil {
+	if ps.open != nil {
+		b := ps.open
+		ps.open = nil
+		p.finishLocked(b, err, -1, nil)
+	}
+	if b := ps.inflight; b != nil && !b.retryAt.IsZero() {
+		// Waiting for its retry, not on the wire.
 		if b.maybe {
 			err = errors.Join(err, errors.ErrUnknownOutcome)
 		}
-		cbs = p.finishLocked(b, err, -1, nil, cbs)
 		ps.inflight = nil
+		p.finishLocked(b, err, -1, nil)
 	}
-	return cbs
+}
+
+// event is one thing the callback goroutine does, in order: the delivery
+// reports of a finished batch, or another callback (OnOutcome,
+// OnAckedWritesLost).
+type event struct {
+	b  *pbatch
+	fn func()
+}
+
+func (p *Producer) queueEventLocked(e event) {
+	p.events = append(p.events, e)
+	select {
+	case p.eventsW <- struct{}{}:
+	default:
+	}
+}
+
+// queueFnLocked queues a callback for the callback goroutine.
+func (p *Producer) queueFnLocked(fn func()) { p.queueEventLocked(event{fn: fn}) }
+
+// callbackLoop runs every application callback, one at a time, in the
+// order they were queued, never with the producer's lock held. Records
+// count as finished (for Flush) once their callback has run. It returns
+// once Close asked it to stop and the queue is empty.
+func (p *Producer) callbackLoop() {
+	defer close(p.cbDone)
+	var q []event
+	for {
+		p.mu.Lock()
+		for len(p.events) == 0 {
+			if p.cbStop {
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+			<-p.eventsW
+			p.mu.Lock()
+		}
+		q, p.events = p.events, q[:0]
+		p.mu.Unlock()
+		n, batches := 0, 0
+		for i := range q {
+			if b := q[i].b; b != nil {
+				n += deliver(b)
+				batches++
+			} else {
+				q[i].fn()
+			}
+		}
+		if batches > 0 {
+			p.mu.Lock()
+			p.records -= n
+			for i := range q {
+				if b := q[i].b; b != nil {
+					p.deliveredLocked(b)
+				}
+			}
+			p.mu.Unlock()
+		}
+		clear(q)
+	}
+}
+
+// deliveredLocked counts b as delivered: its callbacks ran.
+func (p *Producer) deliveredLocked(b *pbatch) {
+	p.undelivered--
+	for _, w := range p.flushers {
+		if b.no < w.limit && w.remaining > 0 {
+			w.remaining--
+			if w.remaining == 0 {
+				close(w.done)
+			}
+		}
+	}
+}
+
+// deliver calls the callbacks of a finished batch's records and returns how
+// many records it had.
+func deliver(b *pbatch) int {
+	epoch := b.epoch
+	if b.err != nil {
+		epoch = -1
+	}
+	for i := range b.recs {
+		pr := &b.recs[i]
+		if pr.cb == nil {
+			continue
+		}
+		res := Result{Record: pr.rec, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: epoch, Err: b.err, Recovery: b.recovery}
+		if b.err == nil && b.base >= 0 {
+			res.Offset = b.base + int64(i)
+		}
+		pr.cb(res)
+	}
+	n := len(b.recs)
+	b.recs = nil
+	return n
 }

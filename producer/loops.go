@@ -16,8 +16,8 @@ import (
 // applyLocked carries out a Sequencer decision: acknowledgements become
 // delivery reports and ledger entries, outcomes go to the application,
 // splits are re-encoded, a producer ID is requested, acked-write checks are
-// queued. It returns the callbacks to run outside the lock.
-func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
+// queued. Callbacks are queued for the callback goroutine.
+func (p *Producer) applyLocked(d Decision) {
 	for _, a := range d.Acks {
 		b := p.batches[a.Batch]
 		if b == nil {
@@ -31,7 +31,7 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 		if a.AfterFailure {
 			continue // its records were already reported failed (maybe written): now known written
 		}
-		cbs = p.finishLocked(b, nil, a.BaseOffset, nil, cbs)
+		p.finishLocked(b, nil, a.BaseOffset, nil)
 	}
 	for _, o := range d.Outcomes {
 		switch o := o.(type) {
@@ -51,7 +51,7 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 			if o.MaybeWritten {
 				err = errors.Join(err, errors.ErrUnknownOutcome)
 			}
-			cbs = p.finishLocked(b, err, -1, nil, cbs)
+			p.finishLocked(b, err, -1, nil)
 		case ResequencedNoLoss:
 			if b := p.batches[o.Batch]; b != nil {
 				b.recovery = o
@@ -62,12 +62,11 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 			}
 		}
 		if fn := p.cfg.onOutcome; fn != nil {
-			o := o
-			cbs = append(cbs, func() { fn(o) })
+			p.queueFnLocked(func() { fn(o) })
 		}
 	}
 	for _, ref := range d.Split {
-		cbs = p.splitLocked(ref, cbs)
+		p.splitLocked(ref)
 	}
 	if d.NeedProducerID {
 		p.needPID = true
@@ -79,7 +78,7 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 	if d.Fatal != nil {
 		p.fatal = errors.Join(ErrProducerFatal, d.Fatal)
 		for _, ps := range p.parts {
-			cbs = ps.failAll(p, p.fatal, cbs)
+			ps.failAll(p, p.fatal)
 		}
 	}
 	for _, tp := range d.CheckAckedWrites {
@@ -89,38 +88,55 @@ func (p *Producer) applyLocked(d Decision, cbs []func()) []func() {
 			}
 		}
 	}
-	return cbs
 }
 
 // splitLocked re-encodes a batch the broker refused as too large into two
 // halves that take over its sequences.
-func (p *Producer) splitLocked(ref BatchRef, cbs []func()) []func() {
+func (p *Producer) splitLocked(ref BatchRef) {
 	b := p.batches[ref]
 	if b == nil {
-		return cbs
+		return
 	}
+	delete(p.batches, ref)
 	n := len(b.recs)
 	counts := []int32{int32(n / 2), int32(n - n/2)}
 	refs, err := p.seq.Split(ref, counts)
 	if err != nil {
-		delete(p.batches, ref)
-		return p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}, -1, nil, cbs)
+		p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}, -1, nil)
+		return
 	}
-	delete(p.batches, ref)
+	parts := make([]*pbatch, len(refs))
 	at := 0
 	for i, r := range refs {
-		nb := &pbatch{tp: b.tp, recs: b.recs[at : at+int(counts[i])], created: b.created, deadline: b.deadline, ref: r, assigned: true, epoch: b.epoch}
+		nb := &pbatch{tp: b.tp, recs: b.recs[at : at+int(counts[i]) : at+int(counts[i])], created: b.created, deadline: b.deadline,
+			ref: r, assigned: true, epoch: b.epoch, recovery: b.recovery, no: b.no}
 		at += int(counts[i])
 		for _, pr := range nb.recs {
 			nb.size += pr.size
 		}
-		if err := p.encode(nb); err != nil {
-			cbs = p.finishLocked(nb, err, -1, nil, cbs)
-			continue
-		}
+		parts[i] = nb
 		p.batches[r] = nb
 	}
-	return cbs
+	// The parts take the batch's place in its partition's report order,
+	// and in what Flush calls wait for.
+	if ps := p.parts[b.tp]; ps != nil {
+		ps.replaceInOrder(b, parts)
+	}
+	p.undelivered += len(parts) - 1
+	for _, w := range p.flushers {
+		if b.no < w.limit && w.remaining > 0 {
+			w.remaining += len(parts) - 1
+		}
+	}
+	for _, nb := range parts {
+		if err := p.encode(nb); err != nil {
+			// Cannot happen: these records were encoded before. Give
+			// the part up; its sequences are resolved like a refusal.
+			delete(p.batches, nb.ref)
+			p.applyLocked(p.seq.Abandon(nb.ref, err))
+			p.finishLocked(nb, err, -1, nil)
+		}
+	}
 }
 
 // pidLoop sends InitProducerId whenever the producer needs a producer ID,
@@ -153,22 +169,19 @@ func (p *Producer) pidLoop() {
 				if serr == nil {
 					p.needPID = false
 				}
-				cbs := p.applyLocked(d, nil)
+				p.applyLocked(d)
 				p.wakeSinksLocked()
 				p.mu.Unlock()
-				run(cbs)
 				continue
 			}
 			if !errors.IsRetriable(err) && p.ctx.Err() == nil {
 				p.mu.Lock()
 				if p.fatal == nil && (errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)) {
 					p.fatal = errors.Join(ErrProducerFatal, err)
-					var cbs []func()
 					for _, ps := range p.parts {
-						cbs = ps.failAll(p, p.fatal, cbs)
+						ps.failAll(p, p.fatal)
 					}
 					p.mu.Unlock()
-					run(cbs)
 					return
 				}
 				p.mu.Unlock()
@@ -230,12 +243,11 @@ func (p *Producer) expireLoop() {
 			return
 		case now := <-t.C:
 			p.mu.Lock()
-			var cbs []func()
 			if p.seq != nil {
 				d := p.seq.Expire(now)
-				cbs = p.applyLocked(d, cbs)
+				p.applyLocked(d)
 				if p.txn != nil && !d.Empty() {
-					cbs = append(cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+					p.txnStepLocked(p.txn.HandleProduce(d))
 				}
 			}
 			for _, ps := range p.parts {
@@ -243,12 +255,12 @@ func (p *Producer) expireLoop() {
 				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
 					b := ps.queue[0]
 					ps.queue = ps.queue[1:]
-					cbs = p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil, cbs)
+					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
 				}
 				if ps.open != nil && !now.Before(ps.open.deadline) {
 					b := ps.open
 					ps.open = nil
-					cbs = p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil, cbs)
+					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
 				}
 				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0) {
 					p.meta.Trigger(metadata.ReasonWait)
@@ -256,7 +268,6 @@ func (p *Producer) expireLoop() {
 			}
 			p.wakeSinksLocked()
 			p.mu.Unlock()
-			run(cbs)
 		}
 	}
 }
@@ -333,12 +344,12 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 		res = p.ledger.ApplyProbe(*t.probe, pr)
 		p.mu.Unlock()
 	}
+	p.mu.Lock()
 	if fn := p.cfg.onAckedLoss; fn != nil {
 		for _, l := range res.Lost {
-			fn(l)
+			p.queueFnLocked(func() { fn(l) })
 		}
 	}
-	p.mu.Lock()
 	if res.Next != nil {
 		p.queueLedgerLocked(ledgerTask{query: res.Next})
 	}

@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,25 +84,32 @@ type Producer struct {
 	batches   map[BatchRef]*pbatch // assigned batches of the idempotent producer
 	sinks     map[int32]*sink
 	watching  map[string]func()
-	buffered  int // bytes of records not yet finished
-	records   int // records not yet finished
-	flushing  int
-	spaceWake chan struct{} // closed and replaced when buffered bytes drop
-	doneWake  chan struct{} // closed and replaced when records finish
-	needPID   bool
-	pidWake   chan struct{}
-	ledgerQ   []ledgerTask
-	ledgerW   chan struct{}
-	deferred  []func() // callbacks queued under the lock, run by whoever unlocks next
-	comp      *compress.Compressor
-	builder   *recbatch.Builder
+	buffered     int // bytes of records not yet finished
+	records      int // records whose callback has not run yet
+	spaceWaiters int // Produce calls waiting for buffer space
+	spaceWake    chan struct{} // closed and replaced when buffered bytes drop (if spaceWaiters > 0)
+	batchNo      uint64 // batches created so far (numbers them)
+	undelivered  int    // batches whose callbacks have not all run
+	flushing     int    // Flush calls waiting (linger is ignored meanwhile)
+	flushers     []*flushWaiter
+	needPID      bool
+	pidWake      chan struct{}
+	ledgerQ      []ledgerTask
+	ledgerW      chan struct{}
+	comp         *compress.Compressor
+	builder      *recbatch.Builder
+
+	// Callbacks, run in order by callbackLoop (see accumulator.go).
+	events  []event
+	eventsW chan struct{}
+	cbStop  bool
+	cbDone  chan struct{}
 
 	// Transactional producers only.
-	txn          *TxnState
-	txnWake      chan struct{}
-	txnSend      TxnRequest // request handed to the txn loop
-	txnDone      chan error // the waiting InitTransactions/Commit/Abort
-	txnCallbacks []func()
+	txn     *TxnState
+	txnWake chan struct{}
+	txnSend TxnRequest // request handed to the txn loop
+	txnDone chan error // the waiting InitTransactions/Commit/Abort
 }
 
 // New creates a producer. An idempotent producer asks for its producer ID
@@ -167,10 +175,12 @@ func New(opts ...Opt) (*Producer, error) {
 	p.sinks = map[int32]*sink{}
 	p.watching = map[string]func(){}
 	p.spaceWake = make(chan struct{})
-	p.doneWake = make(chan struct{})
 	p.pidWake = make(chan struct{}, 1)
 	p.ledgerW = make(chan struct{}, 1)
 	p.txnWake = make(chan struct{}, 1)
+	p.eventsW = make(chan struct{}, 1)
+	p.cbDone = make(chan struct{})
+	go p.callbackLoop() // stopped by Close after every other goroutine
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.sub = p.meta.Subscribe()
 	p.goFn(p.metadataLoop)
@@ -216,9 +226,14 @@ func (p *Producer) Bumps() int {
 }
 
 // Produce buffers r for sending and calls cb once with its delivery report
-// (cb may be nil). It blocks while the buffer is full, until ctx ends. cb
-// runs on a producer goroutine, serially per partition in offset order; it
-// must not block for long.
+// (cb may be nil). It blocks while the buffer is full, until ctx ends.
+//
+// Callbacks (cb, OnOutcome, OnAckedWritesLost) run on one producer
+// goroutine, one at a time, never with the producer's lock held; a
+// partition's reports come in offset order. A callback may call Produce
+// (which may block while the buffer is full) but must not block for long,
+// and must not wait for other reports: Flush, ProduceSync,
+// CommitTransaction or Close called from a callback never return.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
 	if r == nil || r.Topic == "" {
 		return fmt.Errorf("producer: a record needs a topic")
@@ -246,13 +261,18 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 			break
 		}
 		wake := p.spaceWake
+		p.spaceWaiters++
 		p.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			p.mu.Lock()
+			p.spaceWaiters--
+			p.mu.Unlock()
 			return ctx.Err()
 		case <-wake:
 		}
 		p.mu.Lock()
+		p.spaceWaiters--
 	}
 	partition := r.Partition
 	if !r.ExplicitPartition {
@@ -263,23 +283,19 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 			Err: fmt.Errorf("no such partition (topic has %d)", nparts)}
 	}
 	tp := TopicPartition{r.Topic, partition}
-	var cbs []func()
 	if p.txn != nil {
 		step, err := p.txn.AddPartition(tp)
 		if err != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("producer: %w", err)
 		}
-		cbs = p.txnStepLocked(step)
+		p.txnStepLocked(step)
 	}
 	ps := p.pstateLocked(tp, topicID)
 	p.buffered += size
 	p.records++
-	ps.add(p, &pending{rec: r, cb: cb, size: size})
-	cbs = append(cbs, p.deferred...)
-	p.deferred = nil
+	ps.add(p, pending{rec: r, cb: cb, size: size})
 	p.mu.Unlock()
-	run(cbs)
 	return nil
 }
 
@@ -306,59 +322,98 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, er
 }
 
 // Flush sends everything buffered without waiting for linger and waits
-// until every record produced before it has its delivery report, or ctx
+// until every record produced before it has had its callback run, or ctx
 // ends.
 func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
+	if p.undelivered == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	w := &flushWaiter{limit: p.batchNo, remaining: p.undelivered, done: make(chan struct{})}
+	p.flushers = append(p.flushers, w)
 	p.flushing++
 	p.wakeSinksLocked()
-	defer func() {
-		p.mu.Lock()
-		p.flushing--
-		p.mu.Unlock()
-	}()
-	for p.records > 0 {
-		wake := p.doneWake
-		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
-		}
-		p.mu.Lock()
-	}
 	p.mu.Unlock()
-	return nil
+	var err error
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-w.done:
+	}
+	p.mu.Lock()
+	p.flushing--
+	p.flushers = slices.DeleteFunc(p.flushers, func(x *flushWaiter) bool { return x == w })
+	p.mu.Unlock()
+	return err
+}
+
+// flushWaiter is one Flush call: it waits for the batches that existed
+// when it was called (numbered below limit), remaining of which are not
+// delivered yet.
+type flushWaiter struct {
+	limit     uint64
+	remaining int
+	done      chan struct{}
 }
 
 // Close flushes (bounded by ctx), then stops every goroutine of the producer
-// and fails what is left with errors.ErrClosed.
+// and fails what is left with errors.ErrClosed (and errors.ErrUnknownOutcome
+// for records that may have been written). Every callback has run when it
+// returns.
 func (p *Producer) Close(ctx context.Context) error {
 	ferr := p.Flush(ctx)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		<-p.cbDone
 		return nil
 	}
 	p.closed = true
 	for _, unwatch := range p.watching {
 		unwatch()
 	}
+	close(p.spaceWake) // blocked Produce calls return ErrClosed
+	p.spaceWake = make(chan struct{})
 	p.mu.Unlock()
 	p.cancel()
 	p.sub.Close()
 	p.wg.Wait()
 	p.mu.Lock()
-	var cbs []func()
 	for _, ps := range p.parts {
-		cbs = ps.failAll(p, errors.ErrClosed, cbs)
+		ps.failAll(p, errors.ErrClosed)
+		if b := ps.inflight; b != nil {
+			ps.inflight = nil
+			p.finishLocked(b, errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome), -1, nil)
+		}
 	}
-	for ref, b := range p.batches {
-		delete(p.batches, ref)
-		cbs = p.finishLocked(b, errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome), -1, nil, cbs)
+	if p.seq != nil {
+		// Batches the Sequencer tracks: it knows whether an attempt may
+		// have been written.
+		refs := make([]BatchRef, 0, len(p.batches))
+		for ref := range p.batches {
+			refs = append(refs, ref)
+		}
+		slices.Sort(refs)
+		for _, ref := range refs {
+			b := p.batches[ref]
+			if b == nil {
+				continue
+			}
+			err := errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)
+			for _, o := range p.seq.Abandon(ref, errors.ErrClosed).Outcomes {
+				if f, ok := o.(Failed); ok && f.Batch == ref && !f.MaybeWritten {
+					err = errors.ErrClosed
+				}
+			}
+			delete(p.batches, ref)
+			p.finishLocked(b, err, -1, nil)
+		}
 	}
+	p.cbStop = true
+	p.queueFnLocked(func() {})
 	p.mu.Unlock()
-	run(cbs)
+	<-p.cbDone
 	if p.ownMeta {
 		p.meta.Close()
 	}
@@ -388,13 +443,6 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 func (p *Producer) wakeSinksLocked() {
 	for _, s := range p.sinks {
 		s.wakeUp()
-	}
-}
-
-// run calls the collected callbacks, outside the lock.
-func run(cbs []func()) {
-	for _, f := range cbs {
-		f()
 	}
 }
 

@@ -27,8 +27,6 @@ type sink struct {
 
 	wmu   sync.Mutex
 	wrote chan struct{} // closed when the request being issued is written
-
-	cbs []func() // callbacks collected by build, run after it unlocks (guarded by Producer.mu)
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -56,11 +54,15 @@ func (s *sink) wakeUp() {
 	}
 }
 
-// written marks the request being issued as written (from the transport's
-// write hook, or when its answer or failure arrives).
-func (s *sink) written() {
+// written marks the request being issued as written: from the transport's
+// write hook (only Produce requests of this sink are written to its
+// broker, one at a time), or when the request returns without the hook
+// having fired (then only if it is still the one being issued: an earlier
+// request returning must not release the next one before it is written, or
+// the two could reach the broker in the wrong order).
+func (s *sink) written(which chan struct{}) {
 	s.wmu.Lock()
-	if s.wrote != nil {
+	if s.wrote != nil && (which == nil || which == s.wrote) {
 		close(s.wrote)
 		s.wrote = nil
 	}
@@ -70,15 +72,19 @@ func (s *sink) written() {
 // writeHook tells each broker's sink that its Produce request was written.
 type writeHook struct{ p *Producer }
 
-func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
-	if key != 0 {
+func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != 0 || err != nil {
+		// A failed write is not "written": kgo may retry it on a new
+		// connection (when nothing was written), and the next request
+		// must not overtake it. The sink learns of it when the request
+		// returns.
 		return
 	}
 	h.p.mu.Lock()
 	s := h.p.sinks[meta.NodeID]
 	h.p.mu.Unlock()
 	if s != nil {
-		s.written()
+		s.written(nil)
 	}
 }
 
@@ -89,10 +95,16 @@ type sent struct {
 	ref BatchRef
 }
 
-type reply struct {
+// request is one Produce request on the wire; its answer (or failure) is
+// delivered on done.
+type request struct {
 	batches []sent
-	resp    *kmsg.ProduceResponse
-	err     error
+	done    chan reply
+}
+
+type reply struct {
+	resp *kmsg.ProduceResponse
+	err  error
 }
 
 func (s *sink) loop() {
@@ -103,13 +115,18 @@ func (s *sink) loop() {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	replies := make(chan reply, maxRequests)
-	inflight := 0
+	// Requests on the wire, oldest first. Their answers are handled in
+	// this order, the order in which the broker processed them (one
+	// connection, answered in order): the Sequencer's decisions rely on
+	// it (an OUT_OF_ORDER_SEQUENCE_NUMBER answer must not be judged after
+	// the acknowledgement of a retry sent later).
+	var inflight []*request
 	for {
-		if inflight < maxRequests {
+		if len(inflight) < maxRequests {
 			req, batches, next := s.build(time.Now())
 			if req != nil {
-				inflight++
+				r := &request{batches: batches, done: make(chan reply, 1)}
+				inflight = append(inflight, r)
 				wrote := make(chan struct{})
 				s.wmu.Lock()
 				s.wrote = wrote
@@ -118,8 +135,8 @@ func (s *sink) loop() {
 					ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
 					resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
 					cancel()
-					s.written()
-					replies <- reply{batches, resp, err}
+					s.written(wrote)
+					r.done <- reply{resp, err}
 				})
 				select {
 				case <-wrote:
@@ -132,12 +149,18 @@ func (s *sink) loop() {
 				timer.Reset(time.Until(next))
 			}
 		}
+		var head chan reply
+		if len(inflight) > 0 {
+			head = inflight[0].done
+		}
 		select {
 		case <-p.ctx.Done():
 			return
-		case r := <-replies:
-			inflight--
-			s.handle(r.batches, r.resp, r.err)
+		case rep := <-head:
+			batches := inflight[0].batches
+			inflight[0] = nil
+			inflight = inflight[1:]
+			s.handle(batches, rep.resp, rep.err)
 		case <-s.wake:
 		case <-timer.C:
 		}
@@ -149,12 +172,7 @@ func (s *sink) loop() {
 func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
 	p := s.p
 	p.mu.Lock()
-	defer func() {
-		cbs := append(s.cbs, p.deferred...)
-		s.cbs, p.deferred = nil, nil
-		p.mu.Unlock()
-		run(cbs)
-	}()
+	defer p.mu.Unlock()
 	if p.closed || p.fatal != nil || (p.seq != nil && !p.seq.Producer().Valid()) {
 		return nil, nil, time.Time{}
 	}
@@ -264,9 +282,9 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pba
 	if err := s.stamp(b, id); err != nil {
 		// Cannot happen for a batch kepoch encoded; give it up.
 		d := p.seq.Abandon(ref, err)
-		s.cbs = p.applyLocked(d, s.cbs)
+		p.applyLocked(d)
 		if p.txn != nil {
-			s.cbs = append(s.cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+			p.txnStepLocked(p.txn.HandleProduce(d))
 		}
 		return nil, 0, false
 	}
@@ -281,7 +299,6 @@ func (s *sink) stamp(b *pbatch, id BatchIdentity) error {
 func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 	p := s.p
 	p.mu.Lock()
-	var cbs []func()
 	for _, x := range batches {
 		res := ProduceResult{Delivery: Answered, BaseOffset: -1, LogStartOffset: -1}
 		switch {
@@ -325,23 +342,22 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		}
 		if p.seq != nil {
 			d := p.seq.Complete(x.ref, res)
-			cbs = p.applyLocked(d, cbs)
+			p.applyLocked(d)
 			if p.txn != nil {
-				cbs = append(cbs, p.txnStepLocked(p.txn.HandleProduce(d))...)
+				p.txnStepLocked(p.txn.HandleProduce(d))
 			}
 			continue
 		}
-		cbs = s.completePlain(x, res, err, cbs)
+		s.completePlain(x, res, err)
 	}
 	p.wakeSinksLocked()
 	p.mu.Unlock()
-	run(cbs)
 }
 
 // completePlain finishes a batch of a non-idempotent producer: retried on a
 // retriable error while its delivery deadline allows (a retry may duplicate
 // it if the failed attempt was written), else failed.
-func (s *sink) completePlain(x sent, res ProduceResult, err error, cbs []func()) []func() {
+func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 	p := s.p
 	b := x.b
 	if res.Delivery == Answered && res.Code == 0 {
@@ -349,7 +365,8 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error, cbs []func())
 		if p.cfg.acks != AcksNone && res.BaseOffset >= 0 {
 			_ = p.ledger.Record(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch, Producer: NoProducerID, FirstSequence: -1})
 		}
-		return p.finishLocked(b, nil, res.BaseOffset, nil, cbs)
+		p.finishLocked(b, nil, res.BaseOffset, nil)
+		return
 	}
 	cause := err
 	if res.Delivery == Answered {
@@ -359,7 +376,7 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error, cbs []func())
 		b.maybe = true
 	}
 	if errors.IsRetriable(cause) && time.Now().Before(b.deadline) {
-		return cbs // stays inflight with retryAt set
+		return // stays inflight with retryAt set
 	}
 	x.ps.inflight = nil
 	ferr := &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: cause}
@@ -367,5 +384,5 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error, cbs []func())
 	if b.maybe {
 		e = errors.Join(ferr, errors.ErrUnknownOutcome)
 	}
-	return p.finishLocked(b, e, -1, nil, cbs)
+	p.finishLocked(b, e, -1, nil)
 }

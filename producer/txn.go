@@ -77,12 +77,12 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
 	return p.txnOp(ctx, func() (TxnStep, error) {
-		var cbs []func()
-		for _, ps := range p.parts {
-			cbs = ps.failAll(p, ErrTransactionAborted, cbs)
-		}
 		step, err := p.txn.Abort()
-		p.txnCallbacks = append(p.txnCallbacks, cbs...)
+		if err == nil {
+			for _, ps := range p.parts {
+				ps.failAll(p, ErrTransactionAborted)
+			}
+		}
 		return step, err
 	})
 }
@@ -106,15 +106,11 @@ func (p *Producer) txnOp(ctx context.Context, op func() (TxnStep, error)) error 
 	step, err := op()
 	if err != nil {
 		p.txnDone = nil
-		cbs := p.txnCallbacks
-		p.txnCallbacks = nil
 		p.mu.Unlock()
-		run(cbs)
 		return err
 	}
-	cbs := p.txnStepLocked(step)
+	p.txnStepLocked(step)
 	p.mu.Unlock()
-	run(cbs)
 	select {
 	case err := <-done:
 		return err
@@ -130,10 +126,8 @@ func (p *Producer) txnOp(ctx context.Context, op func() (TxnStep, error)) error 
 
 // txnStepLocked carries out a TxnStep: its Decision, its request (handed to
 // the txn loop), its completion.
-func (p *Producer) txnStepLocked(step TxnStep) []func() {
-	cbs := p.txnCallbacks
-	p.txnCallbacks = nil
-	cbs = p.applyLocked(step.Decision, cbs)
+func (p *Producer) txnStepLocked(step TxnStep) {
+	p.applyLocked(step.Decision)
 	if st := p.txn.State(); st == TxnAbortableError || st == TxnFatalError {
 		// Records still buffered for the transaction can no longer be
 		// part of it: they fail now (the Sequencer failed its batches).
@@ -142,7 +136,7 @@ func (p *Producer) txnStepLocked(step TxnStep) []func() {
 			p.fatal = err
 		}
 		for _, ps := range p.parts {
-			cbs = ps.failAll(p, err, cbs)
+			ps.failAll(p, err)
 		}
 	}
 	if step.Send != nil {
@@ -154,7 +148,6 @@ func (p *Producer) txnStepLocked(step TxnStep) []func() {
 	}
 	p.wakeTxnLocked()
 	p.wakeSinksLocked()
-	return cbs
 }
 
 func (p *Producer) wakeTxnLocked() {
@@ -180,9 +173,8 @@ func (p *Producer) txnLoop() {
 			if send == nil {
 				step := p.txn.Poll()
 				if step.Send == nil {
-					cbs := p.txnStepLocked(step)
+					p.txnStepLocked(step)
 					p.mu.Unlock()
-					run(cbs)
 					break
 				}
 				send = step.Send
@@ -199,15 +191,13 @@ func (p *Producer) txnLoop() {
 				}
 			}
 			p.mu.Lock()
-			var cbs []func()
 			if err == nil {
-				cbs = p.txnStepLocked(step)
+				p.txnStepLocked(step)
 			} else if p.txnDone != nil {
 				p.txnDone <- err
 				p.txnDone = nil
 			}
 			p.mu.Unlock()
-			run(cbs)
 			if p.ctx.Err() != nil {
 				return
 			}

@@ -162,10 +162,9 @@ func (p *Producer) txnFailed(cause error, fatal bool) error {
 	} else {
 		d.Abortable = &AbortableError{Err: cause}
 	}
-	cbs := p.txnStepLocked(p.txn.HandleProduce(d))
+	p.txnStepLocked(p.txn.HandleProduce(d))
 	err := p.txn.Err()
 	p.mu.Unlock()
-	run(cbs)
 	if err == nil {
 		err = cause
 	}
