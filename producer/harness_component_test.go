@@ -218,16 +218,14 @@ func endOffset(t *testing.T, c *kfake.Cluster, part int32, committed bool) int64
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if rp.ErrorCode != 0 {
-				t.Fatalf("ListOffsets: code %d", rp.ErrorCode)
-			}
-			return rp.Offset
-		}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatal("ListOffsets: no answer")
 	}
-	t.Fatal("ListOffsets: no answer")
-	return -1
+	rp := resp.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 {
+		t.Fatalf("ListOffsets: code %d", rp.ErrorCode)
+	}
+	return rp.Offset
 }
 
 // partitionLog reads partition part from offset 0 to its high watermark
@@ -346,9 +344,8 @@ func noLeak(t *testing.T) {
 // for partition part of topic, the (producer ID, epoch, base sequence,
 // records) of its batch. It never answers a request.
 type produceLog struct {
-	mu    sync.Mutex
-	seen  []batchID
-	count int
+	mu   sync.Mutex
+	seen []batchID
 }
 
 type batchID struct {

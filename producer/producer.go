@@ -75,22 +75,22 @@ type Producer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	closed    bool
-	fatal     error
-	seq       *Sequencer // nil when not idempotent
-	ledger    *AckLedger
-	parts     map[TopicPartition]*pstate
-	batches   map[BatchRef]*pbatch // assigned batches of the idempotent producer
-	sinks     map[int32]*sink
-	watching  map[string]func()
-	buffered     int // bytes of records not yet finished
-	records      int // records whose callback has not run yet
-	spaceWaiters int // Produce calls waiting for buffer space
+	mu           sync.Mutex
+	closed       bool
+	fatal        error
+	seq          *Sequencer // nil when not idempotent
+	ledger       *AckLedger
+	parts        map[TopicPartition]*pstate
+	batches      map[BatchRef]*pbatch // assigned batches of the idempotent producer
+	sinks        map[int32]*sink
+	watching     map[string]func()
+	buffered     int           // bytes of records not yet finished
+	records      int           // records whose callback has not run yet
+	spaceWaiters int           // Produce calls waiting for buffer space
 	spaceWake    chan struct{} // closed and replaced when buffered bytes drop (if spaceWaiters > 0)
-	batchNo      uint64 // batches created so far (numbers them)
-	undelivered  int    // batches whose callbacks have not all run
-	flushing     int    // Flush calls waiting (linger is ignored meanwhile)
+	batchNo      uint64        // batches created so far (numbers them)
+	undelivered  int           // batches whose callbacks have not all run
+	flushing     int           // Flush calls waiting (linger is ignored meanwhile)
 	flushers     []*flushWaiter
 	needPID      bool
 	pidWake      chan struct{}
