@@ -221,11 +221,11 @@ func endOffset(t *testing.T, c *kfake.Cluster, part int32, committed bool) int64
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		t.Fatal("ListOffsets: no answer")
 	}
-	rp := resp.Topics[0].Partitions[0]
-	if rp.ErrorCode != 0 {
-		t.Fatalf("ListOffsets: code %d", rp.ErrorCode)
+	ans := resp.Topics[0].Partitions[0]
+	if ans.ErrorCode != 0 {
+		t.Fatalf("ListOffsets: code %d", ans.ErrorCode)
 	}
-	return rp.Offset
+	return ans.Offset
 }
 
 // partitionLog reads partition part from offset 0 to its high watermark
@@ -427,4 +427,10 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// kfakeOOOSN refuses the next Produce of partition part with
+// OUT_OF_ORDER_SEQUENCE_NUMBER.
+func kfakeOOOSN(part int32) kfake.Fault {
+	return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{part}, Err: kerr.OutOfOrderSequenceNumber}
 }
