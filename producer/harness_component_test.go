@@ -280,8 +280,8 @@ func committedValues(t *testing.T, c *kfake.Cluster) []string {
 	defer cl.Close()
 	var vs []string
 	idle := 0
-	for idle < 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	for idle < 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		n := 0
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)); n++ })
 		cancel()

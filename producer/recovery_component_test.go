@@ -608,3 +608,40 @@ func TestRandomFaultsKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// A batch that may have been appended (REQUEST_TIMED_OUT after the append)
+// and whose resend then proves the leader lost state (OUT_OF_ORDER on the
+// next sequence) must be rewritten under a new epoch: the broker cannot
+// deduplicate it any more. The application is told: the report carries
+// PossibleDuplicate (From the old identity, To the new), OnOutcome gets
+// ProvenGap then PossibleDuplicate, and the log indeed holds the records
+// twice.
+func TestMaybeWrittenRewriteIsPossibleDuplicate(t *testing.T) {
+	c := newCluster(t, 1)
+	p, rec := newRecorded(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "v0")))
+	before := p.ProducerID()
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.RequestTimedOut})
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	res := sendAll(t, ctx, p, prec(0, "v1"))
+	mustOK(t, res)
+	after := p.ProducerID()
+	if after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + 1}) || p.Bumps() != 1 {
+		t.Fatalf("identity %v → %v, %d bumps", before, after, p.Bumps())
+	}
+	pd, ok := res[0].Recovery.(producer.PossibleDuplicate)
+	if !ok || pd.From != (producer.BatchIdentity{Producer: before, BaseSequence: 1}) || pd.To != (producer.BatchIdentity{Producer: after, BaseSequence: 0}) || pd.Records != 1 {
+		t.Fatalf("recovery %#v; want PossibleDuplicate %v#1 → %v#0", res[0].Recovery, before, after)
+	}
+	if k := kinds(rec.Outcomes()); k != "ProvenGap,PossibleDuplicate" {
+		t.Fatalf("outcomes %s", k)
+	}
+	if res[0].Offset != 2 {
+		t.Fatalf("reported at %d; want the rewritten copy's offset 2", res[0].Offset)
+	}
+	log := wantLog(t, c, 0, []string{"v0", "v1", "v1"})
+	if log[1].ProducerEpoch != before.Epoch || log[2].ProducerEpoch != after.Epoch {
+		t.Fatalf("copies written under epochs %d and %d", log[1].ProducerEpoch, log[2].ProducerEpoch)
+	}
+}
