@@ -44,7 +44,8 @@ type pbatch struct {
 	size     int
 	created  time.Time
 	deadline time.Time
-	encoded  []byte // the batch as sent; its producer fields are stamped per send
+	encoded  []byte        // the batch as sent (encoded by the sink that first sends it)
+	stamped  BatchIdentity // the identity in encoded's header
 
 	ref      BatchRef
 	assigned bool
@@ -102,7 +103,8 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	}
 }
 
-// closeOpen ends the open batch: it is encoded once, and queued.
+// closeOpen ends the open batch: it is queued, to be encoded by the sink
+// that sends it.
 func (ps *pstate) closeOpen(p *Producer) {
 	b := ps.open
 	if b == nil {
@@ -110,41 +112,7 @@ func (ps *pstate) closeOpen(p *Producer) {
 	}
 	ps.open = nil
 	p.part.BatchClosed(ps.tp.Topic, ps.tp.Partition)
-	if err := p.encode(b); err != nil {
-		// A record the codec refuses (e.g. too many headers) fails alone
-		// with its batch; nothing was sent.
-		p.finishLocked(b, err, -1, nil)
-		return
-	}
 	ps.queue = append(ps.queue, b)
-}
-
-// ready reports whether the open batch should be closed now.
-func (ps *pstate) openReady(p *Producer, now time.Time) bool {
-	return ps.open != nil && (p.flushing > 0 || p.cfg.linger == 0 || now.Sub(ps.open.created) >= p.cfg.linger)
-}
-
-func (p *Producer) encode(b *pbatch) error {
-	spec := recbatch.DefaultSpec()
-	spec.Codec = p.cfg.codec
-	if p.seq != nil {
-		// Placeholder identity, stamped for real at each send.
-		spec.ProducerID, spec.ProducerEpoch, spec.BaseSequence = 0, 0, 0
-		spec.Transactional = p.txn != nil
-	}
-	p.builder.Reset(spec)
-	for i := range b.recs {
-		r := b.recs[i].rec
-		if err := p.builder.Append(r.Timestamp.UnixMilli(), r.Key, r.Value, toBatchHeaders(r.Headers)); err != nil {
-			return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
-		}
-	}
-	enc, err := p.builder.AppendFinished(nil)
-	if err != nil {
-		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
-	}
-	b.encoded = enc
-	return nil
 }
 
 // finishLocked ends every record of b with its report: acknowledged at
@@ -159,7 +127,6 @@ func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outco
 	if recovery != nil {
 		b.recovery = recovery
 	}
-	b.encoded = nil
 	for i := range b.recs {
 		p.buffered -= b.recs[i].size
 	}
@@ -293,7 +260,9 @@ func (p *Producer) deliveredLocked(b *pbatch) {
 }
 
 // deliver calls the callbacks of a finished batch's records and returns how
-// many records it had.
+// many records it had. It only reads the batch: a sink may still be
+// encoding it (a batch can fail, e.g. its delivery timeout, while on its
+// way to the wire).
 func deliver(b *pbatch) int {
 	epoch := b.epoch
 	if b.err != nil {
@@ -310,7 +279,5 @@ func deliver(b *pbatch) int {
 		}
 		pr.cb(res)
 	}
-	n := len(b.recs)
-	b.recs = nil
-	return n
+	return len(b.recs)
 }

@@ -128,15 +128,6 @@ func (p *Producer) splitLocked(ref BatchRef) {
 			w.remaining += len(parts) - 1
 		}
 	}
-	for _, nb := range parts {
-		if err := p.encode(nb); err != nil {
-			// Cannot happen: these records were encoded before. Give
-			// the part up; its sequences are resolved like a refusal.
-			delete(p.batches, nb.ref)
-			p.applyLocked(p.seq.Abandon(nb.ref, err))
-			p.finishLocked(nb, err, -1, nil)
-		}
-	}
 }
 
 // pidLoop sends InitProducerId whenever the producer needs a producer ID,

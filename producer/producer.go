@@ -97,7 +97,6 @@ type Producer struct {
 	ledgerQ      []ledgerTask
 	ledgerW      chan struct{}
 	comp         *compress.Compressor
-	builder      *recbatch.Builder
 
 	// Callbacks, run in order by callbackLoop (see accumulator.go).
 	events  []event
@@ -149,7 +148,6 @@ func New(opts ...Opt) (*Producer, error) {
 		cl.Close()
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	p.builder = recbatch.NewBuilder(p.comp)
 	p.part = p.cfg.partitioner
 	if p.part == nil {
 		p.part = DefaultPartitioner()

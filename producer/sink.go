@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,8 @@ type sink struct {
 
 	wmu   sync.Mutex
 	wrote chan struct{} // closed when the request being issued is written
+
+	builder *recbatch.Builder // the sink's own: batches are encoded outside the producer's lock
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -93,6 +96,10 @@ type sent struct {
 	b   *pbatch
 	ps  *pstate
 	ref BatchRef
+	id  BatchIdentity // identity to stamp (idempotent)
+	// topicID is ps.topicID when the request was built (ps's mutable
+	// fields are read only under the producer's lock).
+	topicID [16]byte
 }
 
 // request is one Produce request on the wire; its answer (or failure) is
@@ -123,8 +130,8 @@ func (s *sink) loop() {
 	var inflight []*request
 	for {
 		if len(inflight) < maxRequests {
-			req, batches, next := s.build(time.Now())
-			if req != nil {
+			batches, next := s.build(time.Now(), len(inflight) == 0)
+			if req := s.prepare(batches); req != nil {
 				r := &request{batches: batches, done: make(chan reply, 1)}
 				inflight = append(inflight, r)
 				wrote := make(chan struct{})
@@ -167,14 +174,23 @@ func (s *sink) loop() {
 	}
 }
 
-// build makes the next Produce request for this broker, or returns the time
-// at which something will be ready (zero: nothing pending).
-func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
+// build picks the batches of the next Produce request for this broker (at
+// most one per partition: retries first, else the oldest queued batch,
+// given its sequence now), or returns the time at which something will be
+// ready (zero: nothing pending).
+//
+// A partition's batch that is still filling is closed and sent only when
+// no request to the broker is on the wire (idle), or after its linger:
+// the broker processes one request per connection at a time, so while one
+// is in flight the records are better sent together in the next request
+// than split into more, smaller ones. Full batches are pipelined, up to
+// MaxInFlight requests.
+func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.fatal != nil || (p.seq != nil && !p.seq.Producer().Valid()) {
-		return nil, nil, time.Time{}
+		return nil, time.Time{}
 	}
 	var out []sent
 	var next time.Time
@@ -187,18 +203,70 @@ func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
 		if ps.leader != s.id {
 			continue
 		}
-		if ps.openReady(p, now) {
-			ps.closeOpen(p)
-		} else if ps.open != nil {
-			later(ps.open.created.Add(p.cfg.linger))
+		if ps.open != nil {
+			lingered := p.cfg.linger > 0 && now.Sub(ps.open.created) >= p.cfg.linger
+			switch {
+			case idle && (p.cfg.linger == 0 || p.flushing > 0 || lingered), !idle && lingered:
+				ps.closeOpen(p)
+			case idle || p.cfg.linger > 0:
+				later(ps.open.created.Add(p.cfg.linger))
+			}
 		}
-		if b, ref, ok := s.nextBatch(ps, now, later); ok {
-			b.epoch = ps.epoch
-			out = append(out, sent{b: b, ps: ps, ref: ref})
+		if x, ok := s.nextBatch(ps, now, later); ok {
+			x.b.epoch = ps.epoch
+			x.topicID = ps.topicID
+			out = append(out, x)
 		}
 	}
-	if len(out) == 0 {
-		return nil, nil, next
+	return out, next
+}
+
+// prepare encodes the picked batches (a batch is encoded once, outside the
+// producer's lock, with the identity it is first sent under; a resend
+// under another identity is restamped) and returns their Produce request.
+// A batch that cannot be encoded fails alone: it was never sent.
+func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
+	p := s.p
+	if len(batches) == 0 {
+		return nil
+	}
+	var failed []int
+	var errs []error
+	for i := range batches {
+		if err := s.encode(&batches[i]); err != nil {
+			failed = append(failed, i)
+			errs = append(errs, err)
+		}
+	}
+	if len(failed) > 0 {
+		p.mu.Lock()
+		for j, i := range failed {
+			x, err := batches[i], errs[j]
+			if p.seq == nil {
+				x.ps.inflight = nil
+				p.finishLocked(x.b, err, -1, nil)
+				continue
+			}
+			// Never written: give its sequences back, then fail it.
+			p.applyLocked(p.seq.Complete(x.ref, ProduceResult{Delivery: NotSent}))
+			d := p.seq.Abandon(x.ref, err)
+			p.applyLocked(d)
+			if p.txn != nil {
+				p.txnStepLocked(p.txn.HandleProduce(d))
+			}
+		}
+		p.wakeSinksLocked()
+		p.mu.Unlock()
+		kept := batches[:0]
+		for i, x := range batches {
+			if !slices.Contains(failed, i) {
+				kept = append(kept, x)
+			}
+		}
+		batches = kept
+		if len(batches) == 0 {
+			return nil
+		}
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = int16(p.cfg.acks)
@@ -208,91 +276,115 @@ func (s *sink) build(now time.Time) (*kmsg.ProduceRequest, []sent, time.Time) {
 		// request's transactional ID.
 		req.TransactionID = kmsg.StringPtr(p.cfg.transactionalID)
 	}
-	idx := map[string]int{}
-	for _, x := range out {
-		i, ok := idx[x.ps.tp.Topic]
-		if !ok {
+	for _, x := range batches {
+		i := slices.IndexFunc(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return t.Topic == x.ps.tp.Topic })
+		if i < 0 {
 			t := kmsg.NewProduceRequestTopic()
-			t.Topic, t.TopicID = x.ps.tp.Topic, x.ps.topicID
+			t.Topic, t.TopicID = x.ps.tp.Topic, x.topicID
 			req.Topics = append(req.Topics, t)
 			i = len(req.Topics) - 1
-			idx[x.ps.tp.Topic] = i
 		}
 		rp := kmsg.NewProduceRequestTopicPartition()
 		rp.Partition = x.ps.tp.Partition
 		rp.Records = x.b.encoded
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
-	return req, out, next
+	return req
+}
+
+// encode writes x's batch with x's identity: once, then restamped only if
+// a resend carries another identity. Only the sink sending a batch touches
+// its bytes.
+func (s *sink) encode(x *sent) error {
+	p, b := s.p, x.b
+	if b.encoded != nil {
+		if p.seq == nil || b.stamped == x.id {
+			return nil
+		}
+		if err := recbatch.SetProducer(b.encoded, x.id.Producer.ID, x.id.Producer.Epoch, x.id.BaseSequence); err != nil {
+			return err
+		}
+		b.stamped = x.id
+		return nil
+	}
+	spec := recbatch.DefaultSpec()
+	spec.Codec = p.cfg.codec
+	if p.seq != nil {
+		spec.ProducerID, spec.ProducerEpoch, spec.BaseSequence = x.id.Producer.ID, x.id.Producer.Epoch, x.id.BaseSequence
+		spec.Transactional = p.txn != nil
+	}
+	if s.builder == nil {
+		s.builder = recbatch.NewBuilder(p.comp)
+	}
+	s.builder.Reset(spec)
+	for i := range b.recs {
+		r := b.recs[i].rec
+		if err := s.builder.Append(r.Timestamp.UnixMilli(), r.Key, r.Value, toBatchHeaders(r.Headers)); err != nil {
+			return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
+		}
+	}
+	enc, err := s.builder.AppendFinished(make([]byte, 0, s.builder.Size()+recbatch.HeaderSize))
+	if err != nil {
+		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
+	}
+	b.encoded, b.stamped = enc, x.id
+	return nil
 }
 
 // nextBatch picks the partition's batch for this request: the retry the
 // Sequencer wants first, else the oldest queued batch (given its sequence
-// now). It stamps the batch's identity into its header.
-func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (*pbatch, BatchRef, bool) {
+// now).
+func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (sent, bool) {
 	p := s.p
 	if p.seq == nil {
 		if b := ps.inflight; b != nil {
 			if b.retryAt.IsZero() {
-				return nil, 0, false // on the wire
+				return sent{}, false // on the wire
 			}
 			if now.Before(b.retryAt) {
 				later(b.retryAt)
-				return nil, 0, false
+				return sent{}, false
 			}
 			b.retryAt = time.Time{}
-			return b, 0, true
+			return sent{b: b, ps: ps}, true
 		}
 		if len(ps.queue) == 0 {
-			return nil, 0, false
+			return sent{}, false
 		}
 		b := ps.queue[0]
 		ps.queue = ps.queue[1:]
 		ps.inflight = b
-		return b, 0, true
+		return sent{b: b, ps: ps}, true
 	}
 	if ref, id, ok := p.seq.NextResend(ps.tp); ok {
 		b := p.batches[ref]
 		if b == nil {
-			return nil, 0, false
+			return sent{}, false
 		}
 		if now.Before(b.retryAt) {
 			later(b.retryAt)
-			return nil, 0, false
+			return sent{}, false
 		}
-		if err := s.stamp(b, id); err != nil || p.seq.Sent(ref) != nil {
-			return nil, 0, false
+		if p.seq.Sent(ref) != nil {
+			return sent{}, false
 		}
-		return b, ref, true
+		return sent{b: b, ps: ps, ref: ref, id: id}, true
 	}
 	if len(ps.queue) == 0 {
-		return nil, 0, false
+		return sent{}, false
 	}
 	if p.txn != nil && p.txn.CanProduce(ps.tp) != nil {
-		return nil, 0, false // not yet added to the transaction
+		return sent{}, false // not yet added to the transaction
 	}
 	b := ps.queue[0]
 	ref, id, err := p.seq.AssignAt(ps.tp, int32(len(b.recs)), now, b.deadline)
 	if err != nil {
-		return nil, 0, false // not now: in-flight limit, recovery, or no producer ID
+		return sent{}, false // not now: in-flight limit, recovery, or no producer ID
 	}
 	ps.queue = ps.queue[1:]
 	b.ref, b.assigned = ref, true
 	p.batches[ref] = b
-	if err := s.stamp(b, id); err != nil {
-		// Cannot happen for a batch kepoch encoded; give it up.
-		d := p.seq.Abandon(ref, err)
-		p.applyLocked(d)
-		if p.txn != nil {
-			p.txnStepLocked(p.txn.HandleProduce(d))
-		}
-		return nil, 0, false
-	}
-	return b, ref, true
-}
-
-func (s *sink) stamp(b *pbatch, id BatchIdentity) error {
-	return recbatch.SetProducer(b.encoded, id.Producer.ID, id.Producer.Epoch, id.BaseSequence)
+	return sent{b: b, ps: ps, ref: ref, id: id}, true
 }
 
 // handle applies a Produce answer (or its failure) to every batch sent.
