@@ -88,7 +88,8 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	}
 	if ps.open == nil {
 		now := time.Now()
-		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize, epoch: -1, no: p.batchNo}
+		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize, epoch: -1, no: p.batchNo,
+			recs: make([]pending, 0, 16)}
 		p.batchNo++
 		p.undelivered++
 		ps.order = append(ps.order, ps.open)
@@ -98,7 +99,10 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	if ps.open.size >= p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}
-	if s := p.sinks[ps.leader]; s != nil {
+	// The sink needs to know when a batch is ready to go, or when it may
+	// start one (idle, or a new batch's linger to time): not on every
+	// record while it waits for answers anyway.
+	if s := p.sinks[ps.leader]; s != nil && (len(ps.queue) > 0 || len(ps.open.recs) == 1 || !s.busy.Load()) {
 		s.wakeUp()
 	}
 }

@@ -98,6 +98,12 @@ func (p *Producer) splitLocked(ref BatchRef) {
 		return
 	}
 	delete(p.batches, ref)
+	if b.encoded != nil {
+		// Refused as too large: its request is off the wire (splits come
+		// from answers), and the parts are encoded anew.
+		putBuf(b.encoded)
+		b.encoded = nil
+	}
 	n := len(b.recs)
 	counts := []int32{int32(n / 2), int32(n - n/2)}
 	refs, err := p.seq.Split(ref, counts)

@@ -84,6 +84,7 @@ type Producer struct {
 	batches      map[BatchRef]*pbatch // assigned batches of the idempotent producer
 	sinks        map[int32]*sink
 	watching     map[string]func()
+	watched      sync.Map      // topic names in watching, read without the lock by Produce
 	buffered     int           // bytes of records not yet finished
 	records      int           // records whose callback has not run yet
 	spaceWaiters int           // Produce calls waiting for buffer space
@@ -421,11 +422,14 @@ func (p *Producer) Close(ctx context.Context) error {
 
 // topic returns the partition count and topic ID, waiting for metadata.
 func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, error) {
-	p.mu.Lock()
-	if _, ok := p.watching[name]; !ok && !p.closed {
-		p.watching[name] = p.meta.Watch(name)
+	if _, ok := p.watched.Load(name); !ok {
+		p.mu.Lock()
+		if _, ok := p.watching[name]; !ok && !p.closed {
+			p.watching[name] = p.meta.Watch(name)
+			p.watched.Store(name, struct{}{})
+		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	t, err := p.meta.Topic(name)
 	if err != nil || len(t.Partitions) == 0 {
 		if _, err := p.meta.WaitFor(ctx, name, 0, 0); err != nil {

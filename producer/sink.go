@@ -2,8 +2,10 @@ package producer
 
 import (
 	"context"
+	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,6 +32,10 @@ type sink struct {
 	wrote chan struct{} // closed when the request being issued is written
 
 	builder *recbatch.Builder // the sink's own: batches are encoded outside the producer's lock
+
+	// busy: a request is on the wire (set by the loop before each build,
+	// read by Produce to skip waking it for records that must wait).
+	busy atomic.Bool
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -129,6 +135,7 @@ func (s *sink) loop() {
 	// the acknowledgement of a retry sent later).
 	var inflight []*request
 	for {
+		s.busy.Store(len(inflight) > 0)
 		if len(inflight) < maxRequests {
 			batches, next := s.build(time.Now(), len(inflight) == 0)
 			if req := s.prepare(batches); req != nil {
@@ -323,7 +330,7 @@ func (s *sink) encode(x *sent) error {
 			return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 		}
 	}
-	enc, err := s.builder.AppendFinished(make([]byte, 0, s.builder.Size()+recbatch.HeaderSize))
+	enc, err := s.builder.AppendFinished(getBuf(s.builder.Size() + recbatch.HeaderSize))
 	if err != nil {
 		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 	}
@@ -442,6 +449,14 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		}
 		s.completePlain(x, res, err)
 	}
+	// The request is off the wire: the bytes of batches that are now
+	// finished can be reused (nobody sends them again).
+	for _, x := range batches {
+		if x.b.done && x.b.encoded != nil {
+			putBuf(x.b.encoded)
+			x.b.encoded = nil
+		}
+	}
 	p.wakeSinksLocked()
 	p.mu.Unlock()
 }
@@ -477,4 +492,31 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 		e = errors.Join(ferr, errors.ErrUnknownOutcome)
 	}
 	p.finishLocked(b, e, -1, nil)
+}
+
+// Encoded batches are up to BatchMaxBytes large; their buffers are reused
+// once a batch is finished and its last request is off the wire. Pools by
+// power-of-two capacity; small buffers are not pooled.
+const minPooledBuf = 16 << 10
+
+var bufPools [40]sync.Pool // *[]byte by log2 of capacity
+
+func getBuf(n int) []byte {
+	if n < minPooledBuf {
+		return make([]byte, 0, n)
+	}
+	i := bits.Len(uint(n - 1)) // smallest power of two ≥ n
+	if v, _ := bufPools[i].Get().(*[]byte); v != nil {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, 1<<i)
+}
+
+func putBuf(b []byte) {
+	if cap(b) < minPooledBuf {
+		return
+	}
+	i := bits.Len(uint(cap(b))) - 1 // largest power of two ≤ cap
+	b = b[:0]
+	bufPools[i].Put(&b)
 }
