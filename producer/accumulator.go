@@ -28,6 +28,8 @@ type pstate struct {
 	// Non-idempotent producers: the batch in flight (one per partition,
 	// so a retry never overtakes a later batch).
 	inflight *pbatch
+
+	recHint int // records per batch lately
 }
 
 // pending is one buffered record with its callback.
@@ -65,7 +67,19 @@ type pbatch struct {
 }
 
 func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
+	// Fast path: the topic Produce saw last, indexed by partition.
+	if tp.Topic == p.lastTopic && tp.Partition >= 0 && int(tp.Partition) < len(p.lastParts) {
+		if ps := p.lastParts[tp.Partition]; ps != nil {
+			if topicID != ([16]byte{}) {
+				ps.topicID = topicID
+			}
+			return ps
+		}
+	}
 	ps := p.parts[tp]
+	if ps != nil {
+		p.cachePstateLocked(ps)
+	}
 	if ps == nil {
 		ps = &pstate{tp: tp, topicID: topicID, leader: -1, epoch: -1}
 		if mp, err := p.meta.Lookup(tp.Topic, tp.Partition); err == nil && mp.Leader >= 0 {
@@ -73,11 +87,23 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 		}
 		p.parts[tp] = ps
 		p.sinkLocked(ps.leader)
+		p.cachePstateLocked(ps)
 	}
 	if topicID != ([16]byte{}) {
 		ps.topicID = topicID
 	}
 	return ps
+}
+
+// cachePstateLocked makes ps the fast path's.
+func (p *Producer) cachePstateLocked(ps *pstate) {
+	parts := p.byTopic[ps.tp.Topic]
+	for int(ps.tp.Partition) >= len(parts) {
+		parts = append(parts, nil)
+	}
+	parts[ps.tp.Partition] = ps
+	p.byTopic[ps.tp.Topic] = parts
+	p.lastTopic, p.lastParts = ps.tp.Topic, parts
 }
 
 // add appends a record to the open batch, closing it first when the record
@@ -89,7 +115,7 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	if ps.open == nil {
 		now := time.Now()
 		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize, epoch: -1, no: p.batchNo,
-			recs: make([]pending, 0, 16)}
+			recs: make([]pending, 0, max(16, min(ps.recHint, 4096)))}
 		p.batchNo++
 		p.undelivered++
 		ps.order = append(ps.order, ps.open)
@@ -117,6 +143,9 @@ func (ps *pstate) closeOpen(p *Producer) {
 	ps.open = nil
 	p.part.BatchClosed(ps.tp.Topic, ps.tp.Partition)
 	ps.queue = append(ps.queue, b)
+	// Size the next batch's record slice like recent ones (decaying), to
+	// spare it most of its growth.
+	ps.recHint = max(len(b.recs), ps.recHint*3/4)
 }
 
 // finishLocked ends every record of b with its report: acknowledged at

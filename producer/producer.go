@@ -81,6 +81,9 @@ type Producer struct {
 	seq          *Sequencer // nil when not idempotent
 	ledger       *AckLedger
 	parts        map[TopicPartition]*pstate
+	byTopic      map[string][]*pstate // parts by topic, indexed by partition
+	lastTopic    string               // Produce's fast path: the last topic's
+	lastParts    []*pstate
 	batches      map[BatchRef]*pbatch // assigned batches of the idempotent producer
 	sinks        map[int32]*sink
 	watching     map[string]func()
@@ -170,6 +173,7 @@ func New(opts ...Opt) (*Producer, error) {
 	}
 	p.ledger = NewAckLedger(p.cfg.ledgerRanges)
 	p.parts = map[TopicPartition]*pstate{}
+	p.byTopic = map[string][]*pstate{}
 	p.batches = map[BatchRef]*pbatch{}
 	p.sinks = map[int32]*sink{}
 	p.watching = map[string]func(){}
