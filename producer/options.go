@@ -163,9 +163,12 @@ func CompressionLevel(level int) Opt {
 func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }) }
 
 // Linger is how long a partition's batch waits for more records before it
-// is sent while a request to its broker is idle (default 0: records sent as
-// soon as possible, batching whatever accumulates while a request is in
-// flight).
+// is sent (default 0: as soon as possible). While a request to the
+// partition's broker is on the wire, a batch that is not full waits for its
+// answer (or its linger, if set) and takes whatever accumulated meanwhile:
+// a broker processes one request per connection at a time, so fewer,
+// larger requests finish sooner. Full batches are sent at once, up to
+// MaxInFlight requests per broker.
 func Linger(d time.Duration) Opt { return optFunc(func(c *cfg) { c.linger = d }) }
 
 // MaxBufferedBytes bounds the bytes of records buffered and in flight;
@@ -183,8 +186,9 @@ func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.reque
 // RetryBackoff is the pause before a retry (default 100ms).
 func RetryBackoff(d time.Duration) Opt { return optFunc(func(c *cfg) { c.retryBackoff = d }) }
 
-// MaxInFlightPerPartition bounds the batches of one partition in flight
-// (1..5, default 5; the broker deduplicates only the last five).
+// MaxInFlight bounds the batches of one partition in flight, and the
+// Produce requests on the wire to one broker (1..5, default 5; the broker
+// deduplicates only the last five).
 func MaxInFlight(n int) Opt { return optFunc(func(c *cfg) { c.maxInFlight = n }) }
 
 // WithPartitioner replaces the default partitioner (Java-compatible murmur2
@@ -197,14 +201,14 @@ func AckLedgerRanges(n int) Opt { return optFunc(func(c *cfg) { c.ledgerRanges =
 
 // OnOutcome is called for every KIP-360 recovery outcome (a batch resent
 // under a new producer epoch without loss or as a possible duplicate, a
-// proven or possible gap). It runs serially on a producer goroutine and must
-// not block or call back into the Producer.
+// proven or possible gap, a batch failed). It runs on the producer's
+// callback goroutine, in order with the delivery reports (see Produce).
 func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome = fn }) }
 
 // OnAckedWritesLost is called when records the brokers acknowledged are
 // found to be gone from the log after a leader change (an unclean leader
-// election truncated them). It runs serially on a producer goroutine and
-// must not block or call back into the Producer.
+// election truncated them). It runs on the producer's callback goroutine
+// (see Produce).
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }

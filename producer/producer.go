@@ -233,10 +233,13 @@ func (p *Producer) Bumps() int {
 //
 // Callbacks (cb, OnOutcome, OnAckedWritesLost) run on one producer
 // goroutine, one at a time, never with the producer's lock held; a
-// partition's reports come in offset order. A callback may call Produce
-// (which may block while the buffer is full) but must not block for long,
-// and must not wait for other reports: Flush, ProduceSync,
-// CommitTransaction or Close called from a callback never return.
+// partition's reports come in the order its records were produced, which
+// is offset order (a PossibleDuplicate record reports the offset of its
+// later copy). A callback may call Produce (which may block while the
+// buffer is full) and read the producer's state, but must not block for
+// long, nor wait for other reports: Flush, ProduceSync or CommitTransaction
+// called from a callback return only when their context ends, and Close
+// never does.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
 	if r == nil || r.Topic == "" {
 		return fmt.Errorf("producer: a record needs a topic")
