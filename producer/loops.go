@@ -147,7 +147,7 @@ func (p *Producer) pidLoop() {
 		}
 		for {
 			p.mu.Lock()
-			need := p.needPID
+			need := p.needPID && p.fatal == nil // a fatal producer takes no new identity
 			p.mu.Unlock()
 			if !need {
 				break

@@ -140,6 +140,10 @@ func TestPipelinedManyPartitionsWithFaults(t *testing.T) {
 		}
 		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
 	}
+	// The leader moves were checked against the ack ledger: nothing lost.
+	if l := rec.Lost(); len(l) != 0 {
+		t.Fatalf("acknowledged writes reported lost after clean leader moves: %+v", l)
+	}
 	hook.mu.Lock()
 	maxInFlight := hook.max
 	hook.mu.Unlock()

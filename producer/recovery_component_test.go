@@ -645,3 +645,89 @@ func TestMaybeWrittenRewriteIsPossibleDuplicate(t *testing.T) {
 		t.Fatalf("copies written under epochs %d and %d", log[1].ProducerEpoch, log[2].ProducerEpoch)
 	}
 }
+
+// A leader change after which the new leader lacks acknowledged records
+// (an unclean election): the producer notices the new leader epoch in
+// metadata, asks the ack ledger's question (OffsetForLeaderEpoch), confirms
+// with a probe, and reports the exact lost range. Without a loss, nothing
+// is reported.
+func TestLeaderChangeChecksAckedWrites(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lost=%v", lose), func(t *testing.T) {
+			c := newCluster(t, 1)
+			p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+			ctx := testCtx(t, 10*time.Second)
+			for i := range 5 {
+				mustOK(t, sendAll(t, ctx, p, prec(0, fmt.Sprintf("v%d", i))))
+			}
+			id := p.ProducerID()
+			var truncated atomic.Bool
+			truncated.Store(lose)
+			// The new leader's log ends at 2: epoch 0 ended there and
+			// epoch 1 (current) has nothing yet; fetches find nothing.
+			var asked atomic.Int32
+			c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				asked.Add(1)
+				if !truncated.Load() {
+					return nil, nil, false
+				}
+				req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+				resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+				for _, rt := range req.Topics {
+					st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+					st.Topic = rt.Topic
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+						sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, min(rp.LeaderEpoch, 1), 2
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if !truncated.Load() {
+					return nil, nil, false
+				}
+				req := kr.(*kmsg.FetchRequest)
+				resp := req.ResponseKind().(*kmsg.FetchResponse)
+				for _, rt := range req.Topics {
+					st := kmsg.NewFetchResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewFetchResponseTopicPartition()
+						sp.Partition, sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = rp.Partition, 2, 2, 0
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 3*time.Second, "no acked-write check after the leader change", func() bool { return asked.Load() > 0 })
+			if lose {
+				eventually(t, 3*time.Second, "no lost-write report", func() bool { return len(rec.Lost()) > 0 })
+				time.Sleep(50 * time.Millisecond)
+				l := rec.Lost()
+				if len(l) != 1 || l[0].From != 2 || l[0].To != 5 || l[0].Producer != id || l[0].LeaderEpoch != 0 || l[0].CurrentLeaderEpoch != 1 {
+					t.Fatalf("lost %+v; want offsets [2, 5) of epoch 0, current epoch 1", l)
+				}
+				truncated.Store(false)
+				return
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "v5")))
+			time.Sleep(50 * time.Millisecond)
+			if l := rec.Lost(); len(l) != 0 {
+				t.Fatalf("lost %+v", l)
+			}
+			if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
+				t.Fatalf("%d bumps, outcomes %s after a clean leader change", p.Bumps(), kinds(rec.Outcomes()))
+			}
+			wantLog(t, c, 0, vals("v", 0, 6))
+		})
+	}
+}
