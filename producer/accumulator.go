@@ -160,9 +160,7 @@ func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outco
 	if recovery != nil {
 		b.recovery = recovery
 	}
-	for i := range b.recs {
-		p.buffered -= b.recs[i].size
-	}
+	p.buffered -= b.size - recbatch.HeaderSize
 	if p.spaceWaiters > 0 {
 		close(p.spaceWake)
 		p.spaceWake = make(chan struct{})

@@ -115,7 +115,7 @@ func (p *Producer) splitLocked(ref BatchRef) {
 	at := 0
 	for i, r := range refs {
 		nb := &pbatch{tp: b.tp, recs: b.recs[at : at+int(counts[i]) : at+int(counts[i])], created: b.created, deadline: b.deadline,
-			ref: r, assigned: true, epoch: b.epoch, recovery: b.recovery, no: b.no}
+			ref: r, assigned: true, epoch: b.epoch, recovery: b.recovery, no: b.no, size: recbatch.HeaderSize}
 		at += int(counts[i])
 		for _, pr := range nb.recs {
 			nb.size += pr.size

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,6 +87,7 @@ type Producer struct {
 	lastParts    []*pstate
 	batches      map[BatchRef]*pbatch // assigned batches of the idempotent producer
 	sinks        map[int32]*sink
+	sinkByID     atomic.Pointer[map[int32]*sink] // a copy of sinks, for the write hook
 	watching     map[string]func()
 	watched      sync.Map      // topic names in watching, read without the lock by Produce
 	buffered     int           // bytes of records not yet finished
@@ -176,6 +178,7 @@ func New(opts ...Opt) (*Producer, error) {
 	p.byTopic = map[string][]*pstate{}
 	p.batches = map[BatchRef]*pbatch{}
 	p.sinks = map[int32]*sink{}
+	p.sinkByID.Store(&map[int32]*sink{})
 	p.watching = map[string]func(){}
 	p.spaceWake = make(chan struct{})
 	p.pidWake = make(chan struct{}, 1)

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"maps"
 	"math/bits"
 	"slices"
 	"sync"
@@ -46,6 +47,8 @@ func (p *Producer) sinkLocked(id int32) *sink {
 	if s == nil {
 		s = &sink{p: p, id: id, wake: make(chan struct{}, 1)}
 		p.sinks[id] = s
+		byID := maps.Clone(p.sinks)
+		p.sinkByID.Store(&byID)
 		if !p.closed {
 			p.goFn(s.loop)
 		}
@@ -89,10 +92,11 @@ func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _
 		// returns.
 		return
 	}
-	h.p.mu.Lock()
-	s := h.p.sinks[meta.NodeID]
-	h.p.mu.Unlock()
-	if s != nil {
+	m := h.p.sinkByID.Load()
+	if m == nil {
+		return
+	}
+	if s := (*m)[meta.NodeID]; s != nil {
 		s.written(nil)
 	}
 }
