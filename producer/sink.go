@@ -34,9 +34,14 @@ type sink struct {
 
 	builder *recbatch.Builder // the sink's own: batches are encoded outside the producer's lock
 
-	// busy: a request is on the wire (set by the loop before each build,
-	// read by Produce to skip waking it for records that must wait).
+	// busy: a request is on the wire (set by step before each build, read
+	// by Produce to skip waking the sink for records that must wait).
 	busy atomic.Bool
+
+	run      sync.Mutex  // held while stepping
+	kicked   atomic.Bool // a step is wanted
+	inflight []*request  // requests on the wire, oldest first (guarded by run)
+	timer    *time.Timer // linger and retry times (reset under run)
 }
 
 func (p *Producer) sinkLocked(id int32) *sink {
@@ -45,7 +50,7 @@ func (p *Producer) sinkLocked(id int32) *sink {
 	}
 	s := p.sinks[id]
 	if s == nil {
-		s = &sink{p: p, id: id, wake: make(chan struct{}, 1)}
+		s = &sink{p: p, id: id, wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
 		p.sinks[id] = s
 		byID := maps.Clone(p.sinks)
 		p.sinkByID.Store(&byID)
@@ -120,69 +125,101 @@ type request struct {
 }
 
 type reply struct {
-	resp *kmsg.ProduceResponse
-	err  error
+	resp     *kmsg.ProduceResponse
+	err      error
+	returned bool
 }
 
+// loop turns wake-ups (records ready, a linger or retry timer) into steps.
+// Answers are stepped by the goroutine that received them (kick), which
+// saves a goroutine hand-off per request on the path from an answer to the
+// next request.
 func (s *sink) loop() {
 	p := s.p
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-s.wake:
+		case <-s.timer.C:
+		}
+		s.kick()
+	}
+}
+
+// kick runs step, or, if another goroutine is running it, makes that
+// goroutine run it again: one step at a time, none lost.
+func (s *sink) kick() {
+	s.kicked.Store(true)
+	for s.kicked.Load() && s.run.TryLock() {
+		s.kicked.Store(false)
+		s.step()
+		s.run.Unlock()
+	}
+}
+
+// step handles the answers that arrived, oldest request first, then sends
+// what can be sent. Requests on the wire are answered in the order the
+// broker processed them (one connection, answered in order), and handled in
+// that order: the Sequencer's decisions rely on it (an
+// OUT_OF_ORDER_SEQUENCE_NUMBER answer must not be judged after the
+// acknowledgement of a retry sent later). Guarded by s.run.
+func (s *sink) step() {
+	p := s.p
+	if p.ctx.Err() != nil {
+		return // closing: Close settles what is left
+	}
+	for len(s.inflight) > 0 {
+		var rep reply
+		select {
+		case rep = <-s.inflight[0].done:
+		default:
+		}
+		if !rep.returned {
+			break
+		}
+		batches := s.inflight[0].batches
+		s.inflight[0] = nil
+		s.inflight = s.inflight[1:]
+		s.handle(batches, rep.resp, rep.err)
+	}
 	maxRequests := p.cfg.maxInFlight
 	if p.seq == nil {
 		maxRequests = 1 // without sequences, a retry could overtake a later batch
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	// Requests on the wire, oldest first. Their answers are handled in
-	// this order, the order in which the broker processed them (one
-	// connection, answered in order): the Sequencer's decisions rely on
-	// it (an OUT_OF_ORDER_SEQUENCE_NUMBER answer must not be judged after
-	// the acknowledgement of a retry sent later).
-	var inflight []*request
-	for {
-		s.busy.Store(len(inflight) > 0)
-		if len(inflight) < maxRequests {
-			batches, next := s.build(time.Now(), len(inflight) == 0)
-			if req := s.prepare(batches); req != nil {
-				r := &request{batches: batches, done: make(chan reply, 1)}
-				inflight = append(inflight, r)
-				wrote := make(chan struct{})
-				s.wmu.Lock()
-				s.wrote = wrote
-				s.wmu.Unlock()
-				p.goFn(func() {
-					ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
-					resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
-					cancel()
-					s.written(wrote)
-					r.done <- reply{resp, err}
-				})
-				select {
-				case <-wrote:
-				case <-p.ctx.Done():
-					return
-				}
-				continue
-			}
+	for len(s.inflight) < maxRequests {
+		s.busy.Store(len(s.inflight) > 0)
+		batches, next := s.build(time.Now(), len(s.inflight) == 0)
+		req := s.prepare(batches)
+		if req == nil {
 			if !next.IsZero() {
-				timer.Reset(time.Until(next))
+				s.timer.Reset(time.Until(next))
 			}
+			break
 		}
-		var head chan reply
-		if len(inflight) > 0 {
-			head = inflight[0].done
-		}
+		r := &request{batches: batches, done: make(chan reply, 1)}
+		s.inflight = append(s.inflight, r)
+		wrote := make(chan struct{})
+		s.wmu.Lock()
+		s.wrote = wrote
+		s.wmu.Unlock()
+		p.goFn(func() {
+			ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+			resp, err := req.RequestWith(ctx, p.cl.Broker(int(s.id)))
+			cancel()
+			s.written(wrote)
+			r.done <- reply{resp: resp, err: err, returned: true}
+			s.kick()
+		})
+		// The next request is issued only once this one is written, so
+		// that none overtakes another on the way to the broker.
 		select {
+		case <-wrote:
 		case <-p.ctx.Done():
 			return
-		case rep := <-head:
-			batches := inflight[0].batches
-			inflight[0] = nil
-			inflight = inflight[1:]
-			s.handle(batches, rep.resp, rep.err)
-		case <-s.wake:
-		case <-timer.C:
 		}
 	}
+	s.busy.Store(len(s.inflight) > 0)
 }
 
 // build picks the batches of the next Produce request for this broker (at
