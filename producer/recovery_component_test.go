@@ -338,7 +338,19 @@ func TestAppendedThenErrorIsDeduplicated(t *testing.T) {
 			ctx := testCtx(t, 10*time.Second)
 			mustOK(t, sendAll(t, ctx, p, prec(0, "v0")))
 			f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
-			res := sendAll(t, ctx, p, precs(0, "v", 1, 3)...)
+			// Hold every request after the faulted one, to see that the
+			// faulted one was appended although answered with an error.
+			release := holdProduce(c, 1)
+			pr := sendAsync(t, ctx, p, precs(0, "v", 1, 3)...)
+			if err := f.Wait(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Second, "the faulted batch was not appended", func() bool { return endOffset(t, c, 0, false) >= 2 })
+			release()
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			res := pr.wait(5 * time.Second)
 			mustOK(t, res)
 			if f.Hits() != 1 {
 				t.Fatalf("fault hit %d times", f.Hits())
