@@ -54,6 +54,29 @@ func (c *Cluster) CreateTopic(ctx context.Context, topic string, assignment [][]
 		return [16]byte{}, fmt.Errorf("create topic %s: %w (%s)", topic, err, deref(resp.Topics[0].ErrorMessage))
 	}
 	id := resp.Topics[0].TopicID
+	// Every broker learns the topic from the controller's metadata log on
+	// its own time; a request to a broker that has not yet would fail with
+	// UNKNOWN_TOPIC_ID. Wait until each live broker knows it.
+	for _, b := range Brokers {
+		if err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+			mreq := kmsg.NewPtrMetadataRequest()
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(topic)
+			mreq.Topics = append(mreq.Topics, mt)
+			mresp, err := mreq.RequestWith(ctx, c.Broker(b))
+			if err != nil {
+				return true, nil //nolint:nilerr // a broker that is down is not waited for
+			}
+			for _, t := range mresp.Topics {
+				if deref(t.Topic) == topic && t.ErrorCode == 0 && len(t.Partitions) == len(assignment) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return id, fmt.Errorf("create topic %s: broker %d never learned it: %w", topic, b, err)
+		}
+	}
 	for p, replicas := range assignment {
 		want := replicas[0]
 		if _, err := c.WaitPartition(ctx, topic, int32(p), func(s PartitionState) bool {

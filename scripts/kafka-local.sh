@@ -22,7 +22,7 @@
 #   KEPOCH_CACHE           jar cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/kepoch)
 #   KEPOCH_KAFKA_STATE     state directory: configs, data, logs, pids (default /tmp/kepoch-kafka)
 #   KEPOCH_STOP_GRACE      seconds a graceful stop may take before SIGKILL (default 30)
-#   KEPOCH_READY_TIMEOUT   seconds to wait for a node to serve (default 120)
+#   KEPOCH_READY_TIMEOUT   seconds to wait for a node to serve (default 240)
 set -euo pipefail
 
 VERSION=${KEPOCH_KAFKA_VERSION:-4.1.2}
@@ -30,7 +30,7 @@ CACHE=${KEPOCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kepoch}
 LIB=$CACHE/kafka-$VERSION/lib
 STATE=${KEPOCH_KAFKA_STATE:-/tmp/kepoch-kafka}
 STOP_GRACE=${KEPOCH_STOP_GRACE:-30}
-READY_TIMEOUT=${KEPOCH_READY_TIMEOUT:-120}
+READY_TIMEOUT=${KEPOCH_READY_TIMEOUT:-240}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES=(100 1 2 3)
 BROKERS=(1 2 3)
