@@ -303,7 +303,12 @@ case "$cmd" in
   down) down ;;
   logs) logs "$@" ;;
   status) status ;;
-  start) valid_node "${1:?node}"; launch "$1"; wait_ready "$1" ;;
+  start)
+    valid_node "${1:?node}"
+    # Idempotent: a node already running (e.g. still recovering its log
+    # after an earlier start timed out) is only waited for.
+    if alive "$1"; then log "node $1 already running; waiting until it serves"; else launch "$1"; fi
+    wait_ready "$1" ;;
   stop) valid_node "${1:?node}"; stop_node "$1" ;;
   kill) valid_node "${1:?node}"; kill_node "$1" ;;
   pause) valid_node "${1:?node}"; kill -STOP "$(pid_of "$1")" ;;
