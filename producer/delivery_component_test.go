@@ -107,15 +107,17 @@ func TestFatalErrorsFailEverythingPending(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(c.Close)
-			p, _ := newRecorded(t, c)
+			p, _ := newRecorded(t, c, producer.Linger(time.Minute))
 			ctx := testCtx(t, 10*time.Second)
-			// The first request (one batch per partition) is held while
-			// more records queue behind it, then answered: partition 0
-			// with the fatal code, the others acknowledged.
+			// The first request (one batch per partition, sent by a
+			// flush) is held while more records queue behind it, then
+			// answered: partition 0 with the fatal code, the others
+			// acknowledged.
 			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
 			release := holdProduce(c, 0)
 			defer release()
 			first := sendAsync(t, ctx, p, prec(0, "a0"), prec(1, "b0"), prec(2, "c0"))
+			go p.Flush(ctx)
 			time.Sleep(50 * time.Millisecond)
 			rest := sendAsync(t, ctx, p, prec(0, "a1"), prec(1, "b1"), prec(2, "c1"), prec(0, "a2"))
 			release()

@@ -439,7 +439,14 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (sent
 func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 	p := s.p
 	p.mu.Lock()
+	// Other sinks need a wake-up only when this answer may let them send:
+	// a partition that moved to them, a new identity, a recovery, a
+	// transaction step. This sink steps on by itself.
+	others := p.txn != nil
 	for _, x := range batches {
+		if x.ps.leader != s.id {
+			others = true
+		}
 		res := ProduceResult{Delivery: Answered, BaseOffset: -1, LogStartOffset: -1}
 		switch {
 		case err != nil:
@@ -479,9 +486,13 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 				p.meta.Trigger(metadata.ReasonNotLeader)
 			}
 			x.b.retryAt = time.Now().Add(p.cfg.retryBackoff)
+			others = true
 		}
 		if p.seq != nil {
 			d := p.seq.Complete(x.ref, res)
+			if d.Bump != nil || d.NeedProducerID || d.Fatal != nil || d.Abortable != nil || len(d.Outcomes) > 0 || len(d.Split) > 0 {
+				others = true
+			}
 			p.applyLocked(d)
 			if p.txn != nil {
 				p.txnStepLocked(p.txn.HandleProduce(d))
@@ -498,7 +509,13 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 			x.b.encoded = nil
 		}
 	}
-	p.wakeSinksLocked()
+	if others {
+		for _, o := range p.sinks {
+			if o != s {
+				o.wakeUp()
+			}
+		}
+	}
 	p.mu.Unlock()
 }
 
