@@ -74,8 +74,10 @@ func connect() (*Cluster, error) {
 	script := filepath.Join(filepath.Dir(file), "..", "scripts", "kafka-local.sh")
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(Seeds...),
-		kgo.RequestRetries(0),
-		kgo.RetryTimeout(5*time.Second),
+		// Admin and metadata requests through Client.Request are retried
+		// on retriable errors and dead connections (brokers are killed
+		// all the time here); Broker(id).Request never retries.
+		kgo.RetryTimeout(20*time.Second),
 		kgo.MetadataMinAge(100*time.Millisecond),
 	)
 	if err != nil {

@@ -27,6 +27,10 @@ func (c *Cluster) committedOffset(ctx context.Context, group, topic string) (int
 	for {
 		resp, err := req.RequestWith(ctx, c.Client)
 		if err != nil {
+			if errors.IsRetriable(err) && ctx.Err() == nil { // e.g. the offsets topic is still being created
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
 			return -1, -1, err
 		}
 		if err := errCode(resp.ErrorCode); err != nil {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -50,10 +51,18 @@ func (c *Cluster) CreateTopic(ctx context.Context, topic string, assignment [][]
 	if len(resp.Topics) != 1 {
 		return [16]byte{}, fmt.Errorf("create topic %s: %d topics in the answer", topic, len(resp.Topics))
 	}
-	if err := errCode(resp.Topics[0].ErrorCode); err != nil {
+	id := resp.Topics[0].TopicID
+	if err := errCode(resp.Topics[0].ErrorCode); errors.Is(err, kerr.TopicAlreadyExists) {
+		// A retry of a create whose first answer was lost: the names are
+		// fresh per test, so the topic is ours.
+		st, derr := c.Describe(ctx, topic, 0)
+		if derr != nil {
+			return [16]byte{}, fmt.Errorf("create topic %s: %w", topic, derr)
+		}
+		id = st.TopicID
+	} else if err != nil {
 		return [16]byte{}, fmt.Errorf("create topic %s: %w (%s)", topic, err, deref(resp.Topics[0].ErrorMessage))
 	}
-	id := resp.Topics[0].TopicID
 	// Every broker learns the topic from the controller's metadata log on
 	// its own time; a request to a broker that has not yet would fail with
 	// UNKNOWN_TOPIC_ID. Wait until each live broker knows it.
