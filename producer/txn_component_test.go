@@ -269,3 +269,77 @@ func TestTxnManyCommitsAndAborts(t *testing.T) {
 		t.Fatalf("read_committed sees %d records, want %d", len(got), len(want))
 	}
 }
+
+// SendOffsetsToTransaction: transient coordinator errors are retried;
+// a refused offset commit (ILLEGAL_GENERATION) makes the transaction
+// abortable, and the next one commits its offsets; a fenced
+// AddOffsetsToTxn is fatal.
+func TestTxnSendOffsetsErrors(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-offsets-errors")
+	ctx := testCtx(t, 15*time.Second)
+	offsets := func(o int64) map[string]map[int32]producer.OffsetAndEpoch {
+		return map[string]map[int32]producer.OffsetAndEpoch{topic: {0: {Offset: o, LeaderEpoch: 0}}}
+	}
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+
+	// Retried: AddOffsetsToTxn COORDINATOR_LOAD_IN_PROGRESS, TxnOffsetCommit
+	// CONCURRENT_TRANSACTIONS.
+	f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, TxnID: "txn-offsets-errors", Err: kerr.CoordinatorLoadInProgress, Count: 2},
+		kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Group: "g", Err: kerr.ConcurrentTransactions, Count: 1})
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	if err := p.SendOffsetsToTransaction(ctx, g, offsets(10)); err != nil {
+		t.Fatalf("SendOffsetsToTransaction after transient errors: %v", err)
+	}
+	if f.Hits() != 3 {
+		t.Fatalf("faults hit %d times", f.Hits())
+	}
+	if err := p.CommitTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused commit: abortable.
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Group: "g", Err: kerr.IllegalGeneration})
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "b")))
+	err := p.SendOffsetsToTransaction(ctx, g, offsets(20))
+	if !errors.Is(err, producer.ErrAbortRequired) || !errors.Is(err, kerr.IllegalGeneration) {
+		t.Fatalf("refused offset commit: %v", err)
+	}
+	if err := p.CommitTransaction(ctx); !errors.Is(err, producer.ErrAbortRequired) {
+		t.Fatalf("commit after a refused offset commit: %v", err)
+	}
+	if err := p.AbortTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "c")))
+	if err := p.SendOffsetsToTransaction(ctx, g, offsets(30)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CommitTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := committedValues(t, c); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("read_committed sees %q", got)
+	}
+
+	// Fenced: fatal.
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, TxnID: "txn-offsets-errors", Err: kerr.ProducerFenced})
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendOffsetsToTransaction(ctx, g, offsets(40)); !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, kerr.ProducerFenced) {
+		t.Fatalf("fenced AddOffsetsToTxn: %v", err)
+	}
+	if err := p.Produce(ctx, prec(0, "d"), nil); !errors.Is(err, producer.ErrProducerFatal) {
+		t.Fatalf("Produce after fencing: %v", err)
+	}
+}
