@@ -56,27 +56,33 @@ func (l *rebalanceLog) opts() []consumer.Opt {
 				delete(l.revokedAt, tp)
 			}
 		}),
-		consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.entries = append(l.entries, fmt.Sprintf("revoked %v", tps))
-			seqMu.Lock()
-			*l.seq++
-			s := *l.seq
-			seqMu.Unlock()
-			for _, tp := range tps {
-				delete(l.owned, tp)
-				l.revokedAt[tp] = s
-			}
-		}),
-		consumer.OnLost(func(_ context.Context, tps []consumer.TopicPartition) {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.entries = append(l.entries, fmt.Sprintf("lost %v", tps))
-			for _, tp := range tps {
-				delete(l.owned, tp)
-			}
-		}),
+		consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) { l.revoked(tps) }),
+		consumer.OnLost(func(_ context.Context, tps []consumer.TopicPartition) { l.lost(tps) }),
+	}
+}
+
+// revoked records a revocation (OnRevoked).
+func (l *rebalanceLog) revoked(tps []consumer.TopicPartition) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, fmt.Sprintf("revoked %v", tps))
+	seqMu.Lock()
+	*l.seq++
+	s := *l.seq
+	seqMu.Unlock()
+	for _, tp := range tps {
+		delete(l.owned, tp)
+		l.revokedAt[tp] = s
+	}
+}
+
+// lost records a loss (OnLost).
+func (l *rebalanceLog) lost(tps []consumer.TopicPartition) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, fmt.Sprintf("lost %v", tps))
+	for _, tp := range tps {
+		delete(l.owned, tp)
 	}
 }
 

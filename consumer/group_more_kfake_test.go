@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,11 +316,27 @@ func TestGroupConsumerProtocolHeartbeatsDuringCallbacks(t *testing.T) {
 	}))
 	seq := 0
 	proto := consumer.WithGroupProtocol(consumer.ProtocolConsumer)
-	slow := consumer.OnRevoked(func(context.Context, []consumer.TopicPartition) { time.Sleep(1500 * time.Millisecond) })
+	// These callbacks replace m1's log callbacks, so they record into the
+	// log themselves (m1 is alone, and revokes nothing, until the log is set).
+	var m1log atomic.Pointer[rebalanceLog]
+	slow := consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) {
+		time.Sleep(1500 * time.Millisecond)
+		if l := m1log.Load(); l != nil {
+			l.revoked(tps)
+		}
+	})
 	var lostMu sync.Mutex
 	lost := 0
-	onLost := consumer.OnLost(func(context.Context, []consumer.TopicPartition) { lostMu.Lock(); lost++; lostMu.Unlock() })
+	onLost := consumer.OnLost(func(_ context.Context, tps []consumer.TopicPartition) {
+		lostMu.Lock()
+		lost++
+		lostMu.Unlock()
+		if l := m1log.Load(); l != nil {
+			l.lost(tps)
+		}
+	})
 	m1 := startMember(t, c, "m1", "slow", &seq, proto, slow, onLost)
+	m1log.Store(m1.log)
 	waitFor(t, 10*time.Second, "m1 assigned", func() bool { return len(m1.log.log()) > 0 })
 	m2 := startMember(t, c, "m2", "slow", &seq, proto)
 	waitFor(t, 15*time.Second, "m2 gets a partition", func() bool { return m2.log.ownedCount() == 1 })

@@ -116,28 +116,16 @@ func (o *offsetRequests) sendValidate(broker int32, ps map[TopicPartition]seek.V
 	if err == nil {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
-				tp := TopicPartition{t.Topic, rp.Partition}
-				v, ok := ps[tp]
-				if !ok || answered[tp] {
-					continue
-				}
-				answered[tp] = true
-				if p := c.parts[tp]; p != nil {
-					c.stepLocked(p, seek.EpochEndOffset{Req: v.Req, Code: seek.Code(rp.ErrorCode),
-						End: seek.EpochEnd{Epoch: rp.LeaderEpoch, EndOffset: rp.EndOffset}})
-				}
+				stepAnswerLocked(c, ps, answered, TopicPartition{t.Topic, rp.Partition}, func(v seek.ValidateRequest) seek.Event {
+					return seek.EpochEndOffset{Req: v.Req, Code: seek.Code(rp.ErrorCode), End: seek.EpochEnd{Epoch: rp.LeaderEpoch, EndOffset: rp.EndOffset}}
+				})
 			}
 		}
 	}
 	code := failureCode(err)
-	for tp, v := range ps {
-		if answered[tp] {
-			continue
-		}
-		if p := c.parts[tp]; p != nil {
-			c.stepLocked(p, seek.EpochEndOffset{Req: v.Req, Code: code, End: seek.EpochEnd{Epoch: seek.NoEpoch, EndOffset: seek.NoOffset}})
-		}
-	}
+	stepUnansweredLocked(c, ps, answered, func(v seek.ValidateRequest) seek.Event {
+		return seek.EpochEndOffset{Req: v.Req, Code: code, End: seek.EpochEnd{Epoch: seek.NoEpoch, EndOffset: seek.NoOffset}}
+	})
 }
 
 func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListRequest) {
@@ -180,25 +168,42 @@ func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListR
 	if err == nil {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
-				tp := TopicPartition{t.Topic, rp.Partition}
-				l, ok := ps[tp]
-				if !ok || answered[tp] {
-					continue
-				}
-				answered[tp] = true
-				if p := c.parts[tp]; p != nil {
-					c.stepLocked(p, seek.ListedOffset{Req: l.Req, Code: seek.Code(rp.ErrorCode), Offset: rp.Offset, Epoch: rp.LeaderEpoch})
-				}
+				stepAnswerLocked(c, ps, answered, TopicPartition{t.Topic, rp.Partition}, func(l seek.ListRequest) seek.Event {
+					return seek.ListedOffset{Req: l.Req, Code: seek.Code(rp.ErrorCode), Offset: rp.Offset, Epoch: rp.LeaderEpoch}
+				})
 			}
 		}
 	}
 	code := failureCode(err)
-	for tp, l := range ps {
+	stepUnansweredLocked(c, ps, answered, func(l seek.ListRequest) seek.Event {
+		return seek.ListedOffset{Req: l.Req, Code: code, Offset: seek.NoOffset, Epoch: seek.NoEpoch}
+	})
+}
+
+// stepAnswerLocked steps the answer for tp, if tp was asked in ps and not
+// answered yet (a duplicate entry in an answer is ignored), into tp's
+// machine, and marks it answered.
+func stepAnswerLocked[T any](c *Consumer, ps map[TopicPartition]T, answered map[TopicPartition]bool, tp TopicPartition, event func(T) seek.Event) {
+	v, ok := ps[tp]
+	if !ok || answered[tp] {
+		return
+	}
+	answered[tp] = true
+	if p := c.parts[tp]; p != nil {
+		c.stepLocked(p, event(v))
+	}
+}
+
+// stepUnansweredLocked steps a failure into every partition of ps that the
+// answer left out (or all of them when the request failed): the machine
+// retries them.
+func stepUnansweredLocked[T any](c *Consumer, ps map[TopicPartition]T, answered map[TopicPartition]bool, event func(T) seek.Event) {
+	for tp, v := range ps {
 		if answered[tp] {
 			continue
 		}
 		if p := c.parts[tp]; p != nil {
-			c.stepLocked(p, seek.ListedOffset{Req: l.Req, Code: code, Offset: seek.NoOffset, Epoch: seek.NoEpoch})
+			c.stepLocked(p, event(v))
 		}
 	}
 }
