@@ -46,12 +46,27 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := freePorts(3)
+	ports, held, err := freePorts(3)
 	if err != nil {
 		return err
 	}
+	// The first start takes over the listeners freePorts holds, so no other
+	// process can take the ports in between; the restart listens on the
+	// same ports again.
+	listen := func(network, address string) (net.Listener, error) {
+		if l, ok := held[address]; ok {
+			delete(held, address)
+			return l, nil
+		}
+		return net.Listen(network, address)
+	}
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
 	start := func() (*kfake.Cluster, error) {
-		return kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(ports...), kfake.DataDir(dir), kfake.SeedTopics(1, topic))
+		return kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(ports...), kfake.ListenFn(listen), kfake.DataDir(dir), kfake.SeedTopics(1, topic))
 	}
 	cluster, err := start()
 	if err != nil {
@@ -63,10 +78,10 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 
 	// 20 payments one by one, then 10 in one batch: the batch the
 	// "unclean election" will lose.
-	if err := produce(ctx, seeds, topic, "payment", 0, 20, false); err != nil {
+	if _, err := produce(ctx, seeds, topic, "payment", 0, 20, false); err != nil {
 		return err
 	}
-	if err := produce(ctx, seeds, topic, "payment", 20, 10, true); err != nil {
+	if _, err := produce(ctx, seeds, topic, "payment", 20, 10, true); err != nil {
 		return err
 	}
 
@@ -115,13 +130,13 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 	if err := cluster.MoveTopicPartition(topic, 0, (cluster.LeaderFor(topic, 0)+1)%3); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "broker restarted without payments 20..29 (acknowledged, now lost); leadership moved to broker %d\n", cluster.LeaderFor(topic, 0))
-	err = produce(ctx, seeds, topic, "refund", 0, 5, false)
+	fmt.Fprintf(w, "broker restarted having lost its last batch of acknowledged payments; leadership moved to broker %d\n", cluster.LeaderFor(topic, 0))
+	offs, err := produce(ctx, seeds, topic, "refund", 0, 5, false)
 	close(written)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "new leader wrote refund-0..refund-4 at offsets 20..24")
+	fmt.Fprintf(w, "new leader wrote refund-0..refund-4 at offsets %d..%d, where payments %d..29 were\n", offs[0], offs[len(offs)-1], offs[0])
 
 	recs, err = pollN(ctx, cons, 5)
 	if err != nil {
@@ -154,25 +169,38 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 	return nil
 }
 
-func produce(ctx context.Context, seeds []string, topic, prefix string, from, n int, oneBatch bool) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+// produce writes n records and returns their offsets: one record at a
+// time, or all in one batch (a linger long enough to gather them).
+func produce(ctx context.Context, seeds []string, topic, prefix string, from, n int, oneBatch bool) ([]int64, error) {
+	linger := time.Duration(0)
+	if oneBatch {
+		linger = 200 * time.Millisecond
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(linger))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 	var rs []*kgo.Record
 	for i := from; i < from+n; i++ {
 		rs = append(rs, kgo.StringRecord(fmt.Sprintf("%s-%d", prefix, i)))
 	}
+	var offs []int64
 	if oneBatch {
-		return cl.ProduceSync(ctx, rs...).FirstErr()
-	}
-	for _, r := range rs {
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return err
+		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, r := range rs {
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return nil
+	for _, r := range rs {
+		offs = append(offs, r.Offset)
+	}
+	return offs, nil
 }
 
 func pollN(ctx context.Context, cons *consumer.Consumer, n int) ([]consumer.Record, error) {
@@ -219,24 +247,24 @@ func cutLastBatch(dir, topic string) error {
 	return nil
 }
 
-// freePorts returns n free TCP ports on 127.0.0.1 (the demo restarts its
-// cluster on the same ports, so the consumer reconnects as it would to a
-// restarted broker).
-func freePorts(n int) ([]int, error) {
+// freePorts listens on n free TCP ports of 127.0.0.1 and returns the ports
+// and the open listeners by address (the demo restarts its cluster on the
+// same ports, so the consumer reconnects as it would to a restarted
+// broker).
+func freePorts(n int) ([]int, map[string]net.Listener, error) {
 	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
+	held := map[string]net.Listener{}
 	for i := 0; i < n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, err
+			for _, l := range held {
+				l.Close()
+			}
+			return nil, nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		ports = append(ports, port)
+		held[fmt.Sprintf("127.0.0.1:%d", port)] = l
 	}
-	return ports, nil
+	return ports, held, nil
 }
