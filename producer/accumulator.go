@@ -30,6 +30,11 @@ type pstate struct {
 	inflight *pbatch
 
 	recHint int // records per batch lately
+
+	// The open batch's size when the sink last saw it grow, and when
+	// (sink.build: a batch that stopped growing is sent).
+	quietSize int
+	quietAt   time.Time
 }
 
 // pending is one buffered record with its callback.
@@ -141,6 +146,7 @@ func (ps *pstate) closeOpen(p *Producer) {
 		return
 	}
 	ps.open = nil
+	ps.quietSize = 0
 	p.part.BatchClosed(ps.tp.Topic, ps.tp.Partition)
 	ps.queue = append(ps.queue, b)
 	// Size the next batch's record slice like recent ones (decaying), to

@@ -253,11 +253,26 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 		}
 		if ps.open != nil {
 			lingered := p.cfg.linger > 0 && now.Sub(ps.open.created) >= p.cfg.linger
+			// Without a linger, a batch waiting behind a request on the
+			// wire goes as soon as it stops growing: the records have
+			// stopped coming, so nothing is gained by waiting, and
+			// sending it now lets the broker take it right after the
+			// request before it.
+			quiet := false
+			if !idle && p.cfg.linger == 0 {
+				if ps.open.size != ps.quietSize {
+					ps.quietSize, ps.quietAt = ps.open.size, now
+				} else if now.Sub(ps.quietAt) >= quietPeriod {
+					quiet = true
+				}
+			}
 			switch {
-			case idle && (p.cfg.linger == 0 || p.flushing > 0 || lingered), !idle && lingered:
+			case idle && (p.cfg.linger == 0 || p.flushing > 0 || lingered), !idle && (lingered || quiet):
 				ps.closeOpen(p)
-			case idle || p.cfg.linger > 0:
+			case p.cfg.linger > 0:
 				later(ps.open.created.Add(p.cfg.linger))
+			case !idle:
+				later(ps.quietAt.Add(quietPeriod))
 			}
 		}
 		if x, ok := s.nextBatch(ps, now, later); ok {
@@ -268,6 +283,10 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 	}
 	return out, next
 }
+
+// quietPeriod is how long a batch waiting behind a request on the wire must
+// not grow before it is sent anyway (see build).
+const quietPeriod = time.Millisecond
 
 // prepare encodes the picked batches (a batch is encoded once, outside the
 // producer's lock, with the identity it is first sent under; a resend
