@@ -164,11 +164,12 @@ func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }
 
 // Linger is how long a partition's batch waits for more records before it
 // is sent (default 0: as soon as possible). While a request to the
-// partition's broker is on the wire, a batch that is not full waits for its
-// answer (or its linger, if set) and takes whatever accumulated meanwhile:
-// a broker processes one request per connection at a time, so fewer,
-// larger requests finish sooner. Full batches are sent at once, up to
-// MaxInFlight requests per broker.
+// partition's broker is on the wire, a batch that is not full keeps taking
+// records until the answer comes, its linger passes (if set), or, without a
+// linger, it stops growing for a millisecond: a broker processes one
+// request per connection at a time, so fewer, larger requests finish
+// sooner. Full batches are sent at once, up to MaxInFlight requests per
+// broker.
 func Linger(d time.Duration) Opt { return optFunc(func(c *cfg) { c.linger = d }) }
 
 // MaxBufferedBytes bounds the bytes of records buffered and in flight;
