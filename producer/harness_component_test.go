@@ -272,15 +272,22 @@ func wantLog(t *testing.T, c *kfake.Cluster, part int32, want []string) []*kgo.R
 	return got
 }
 
-// committedValues reads the whole topic with read_committed until nothing
-// more comes.
-func committedValues(t *testing.T, c *kfake.Cluster) []string {
+// committedValues reads the whole topic with read_committed: until it has
+// at least want records (or 5 s pass), then until nothing more comes for a
+// while, so that records beyond want (aborted ones leaking, duplicates)
+// show.
+func committedValues(t *testing.T, c *kfake.Cluster, want int) []string {
 	t.Helper()
 	cl := oracle(t, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	defer cl.Close()
 	var vs []string
-	idle := 0
-	for idle < 2 {
+	deadline := time.Now().Add(5 * time.Second)
+	for len(vs) < want && time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)) })
+		cancel()
+	}
+	for idle := 0; idle < 2; {
 		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		n := 0
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)); n++ })

@@ -86,7 +86,7 @@ func TestTxnProduceAbortable(t *testing.T) {
 				t.Fatalf("identity %v → %v; want a bumped epoch", before, after)
 			}
 			commitTxn(t, ctx, p, prec(0, "c0"), prec(1, "c1"))
-			got := committedValues(t, c)
+			got := committedValues(t, c, 4)
 			slices.Sort(got)
 			if want := []string{"a0", "a1", "c0", "c1"}; !slices.Equal(got, want) {
 				t.Fatalf("read_committed sees %q, want %q", got, want)
@@ -140,7 +140,7 @@ func TestTxnAbortableFailsBufferedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitTxn(t, ctx, p, prec(1, "y"))
-	if got := committedValues(t, c); !slices.Equal(got, []string{"y"}) {
+	if got := committedValues(t, c, 1); !slices.Equal(got, []string{"y"}) {
 		t.Fatalf("read_committed sees %q", got)
 	}
 }
@@ -158,7 +158,7 @@ func TestTxnEndTxnRetried(t *testing.T) {
 		t.Fatalf("EndTxn faulted %d times", f.Hits())
 	}
 	commitTxn(t, ctx, p, prec(0, "c"))
-	if got := committedValues(t, c); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := committedValues(t, c, 3); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("read_committed sees %q", got)
 	}
 }
@@ -175,7 +175,7 @@ func TestTxnAddPartitionsAndInitRetried(t *testing.T) {
 	if f.Hits() != 4 {
 		t.Fatalf("faults hit %d times", f.Hits())
 	}
-	if got := committedValues(t, c); !slices.Equal(got, []string{"a"}) {
+	if got := committedValues(t, c, 1); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("read_committed sees %q", got)
 	}
 }
@@ -220,7 +220,7 @@ func TestTxnFencedBySecondProducer(t *testing.T) {
 		t.Fatalf("Produce after fencing: %v", err)
 	}
 	commitTxn(t, ctx, p2, prec(0, "p2-a"), prec(1, "p2-b"))
-	got := committedValues(t, c)
+	got := committedValues(t, c, 3)
 	slices.Sort(got)
 	if want := []string{"p1-a", "p2-a", "p2-b"}; !slices.Equal(got, want) {
 		t.Fatalf("read_committed sees %q, want %q", got, want)
@@ -262,7 +262,7 @@ func TestTxnManyCommitsAndAborts(t *testing.T) {
 			want = append(want, string(r.Value))
 		}
 	}
-	got := committedValues(t, c)
+	got := committedValues(t, c, len(want))
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -327,7 +327,7 @@ func TestTxnSendOffsetsErrors(t *testing.T) {
 	if err := p.CommitTransaction(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := committedValues(t, c); !slices.Equal(got, []string{"a", "c"}) {
+	if got := committedValues(t, c, 2); !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("read_committed sees %q", got)
 	}
 
