@@ -346,7 +346,7 @@ func (r *Refresher) run() {
 			if now.Sub(nextAllowed) >= r.cfg.maxBackoff {
 				streak = 0 // idle long enough: start again from the minimum
 			}
-			changed, triggered, err := r.roundTrip()
+			end, changed, triggered, err := r.roundTrip()
 			if r.ctx.Err() != nil {
 				return
 			}
@@ -357,7 +357,7 @@ func (r *Refresher) run() {
 			case <-r.wake:
 			default:
 			}
-			lastEnd = clock.Now()
+			lastEnd = end
 			switch {
 			case err != nil:
 				streak++
@@ -390,7 +390,10 @@ func (r *Refresher) run() {
 // roundTrip sends one Metadata request and applies its answer. It reports
 // whether any event was emitted and whether the round trip served a
 // trigger (anything but the periodic refresh).
-func (r *Refresher) roundTrip() (changed, triggered bool, err error) {
+// roundTrip sends one Metadata request and publishes its answer. end is the
+// clock read when the answer arrived, before anything was published, so
+// spacing measured from it never starts after a waiter has seen the result.
+func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err error) {
 	r.mu.Lock()
 	reasons := r.pending
 	r.pending = 0
@@ -406,6 +409,7 @@ func (r *Refresher) roundTrip() (changed, triggered bool, err error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
 	kresp, err := r.req.Request(ctx, req)
 	cancel()
+	end = r.cfg.clock.Now()
 	var decoded *response
 	if err == nil {
 		if resp, ok := kresp.(*kmsg.MetadataResponse); ok {
@@ -437,14 +441,14 @@ func (r *Refresher) roundTrip() (changed, triggered bool, err error) {
 			r.pending |= reasons&^ReasonMaxAge | ReasonRetry
 		}
 	} else {
-		r.stats.LastRefresh = r.cfg.clock.Now()
+		r.stats.LastRefresh = end
 	}
 	r.signalLocked()
 	r.mu.Unlock()
 	for _, w := range waiters {
 		w <- err
 	}
-	return changed, reasons&^ReasonMaxAge != 0, err
+	return end, changed, reasons&^ReasonMaxAge != 0, err
 }
 
 // requestLocked builds the Metadata request for the current interest.
