@@ -1,8 +1,10 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -319,5 +321,59 @@ func TestMisuse(t *testing.T) {
 	}
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); !errors.Is(err, errors.ErrClosed) {
 		t.Errorf("Assign after Close: %v", err)
+	}
+}
+
+// TestDecompressParallelism: a consumer that decompresses several batches
+// of an answer at once delivers exactly what one that decompresses them one
+// by one does: every record once, in order, with its own bytes, from the
+// start and from an offset in the middle of a batch.
+func TestDecompressParallelism(t *testing.T) {
+	if _, err := consumer.New(consumer.SeedBrokers("127.0.0.1:1"), consumer.DecompressParallelism(0)); err == nil {
+		t.Fatal("DecompressParallelism(0) accepted")
+	}
+	c := newCluster(t, 1)
+	const n = 2000
+	big := func(i int64) []byte {
+		rng := rand.New(rand.NewPCG(uint64(i), 99))
+		words := []string{"id", "user", "event", "click", "view", "amount", "true", "null", "{", "}", ":", ","}
+		v := fmt.Appendf(nil, "%d:", i)
+		for len(v) < 2048 {
+			v = append(v, words[rng.IntN(len(words))]...)
+			v = fmt.Appendf(v, "%d", rng.IntN(1000))
+		}
+		return v
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(64<<10), kgo.ProducerLinger(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := int64(0); i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: big(i)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	for _, start := range []int64{0, 777} {
+		for _, par := range []int{1, 2, 8} {
+			cons := newConsumer(t, c, consumer.DecompressParallelism(par))
+			if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(start)}); err != nil {
+				t.Fatal(err)
+			}
+			recs, evs, errs := pollUntil(t, cons, n-int(start), 10*time.Second)
+			if len(evs)+len(errs) > 0 || len(recs) != n-int(start) {
+				t.Fatalf("parallel %d from %d: %d records, events %v errors %v", par, start, len(recs), evs, errs)
+			}
+			for k, r := range recs {
+				i := start + int64(k)
+				if r.Offset != i || string(r.Key) != fmt.Sprintf("k%d", i) || !bytes.Equal(r.Value, big(i)) {
+					t.Fatalf("parallel %d from %d: record %d is offset %d key %q value %.20q…", par, start, k, r.Offset, r.Key, r.Value)
+				}
+			}
+		}
 	}
 }

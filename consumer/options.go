@@ -39,6 +39,7 @@ type cfg struct {
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
 	decompressLimit int
+	decodeParallel  int
 	group           groupCfg
 }
 
@@ -57,6 +58,7 @@ func defaultCfg() cfg {
 		maxEpochWaits:   5,
 		metadataMaxAge:  5 * time.Minute,
 		decompressLimit: 256 << 20,
+		decodeParallel:  1,
 		group:           defaultGroupCfg(),
 	}
 }
@@ -79,6 +81,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("consumer: MaxBufferedBytes %d must be ≥ FetchMaxBytes %d", c.maxBuffered, c.maxBytes)
 	case c.maxPollRecords < 0:
 		return fmt.Errorf("consumer: MaxPollRecords %d < 0", c.maxPollRecords)
+	case c.decodeParallel < 1 || c.decodeParallel > 64:
+		return fmt.Errorf("consumer: DecompressParallelism %d is not in 1..64", c.decodeParallel)
 	case c.tick < time.Millisecond:
 		return fmt.Errorf("consumer: RetryBackoff %v < 1ms", c.tick)
 	case c.requestTimeout < time.Second:
@@ -153,6 +157,19 @@ func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered =
 // this many records (0, the default, means no limit). Batches are never
 // split, so a Poll may return a few more.
 func MaxPollRecords(n int) Opt { return optFunc(func(c *cfg) { c.maxPollRecords = n }) }
+
+// DecompressParallelism lets the decoding of one fetched partition
+// decompress up to n of its compressed batches at once, on goroutines the
+// decoding starts and waits for (default 1: one at a time). Each broker's
+// answers are already decoded apart from the others', so this pays when few
+// brokers deliver large compressed batches (a hot partition with zstd):
+// it trades CPU for latency and holds up to 4 MiB of compressed batches
+// decompressed at once. Answers smaller than 128 KiB compressed are
+// decompressed one batch at a time whatever n is. Records, offsets and
+// errors are exactly those of n = 1.
+func DecompressParallelism(n int) Opt {
+	return optFunc(func(c *cfg) { c.decodeParallel = n })
+}
 
 // RetryBackoff is the interval between retries of a failed partition request
 // (default 100ms).

@@ -203,6 +203,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		StartOffset:   start,
 		ReadCommitted: c.cfg.readCommitted,
 		Decompressor:  c.dec,
+		Parallel:      c.cfg.decodeParallel,
 	})
 	for it.Next() {
 		bt := it.Batch()

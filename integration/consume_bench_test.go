@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -100,12 +101,12 @@ func BenchmarkConsume(b *testing.B) {
 			if size > 100 {
 				n = 50_000
 			}
-			b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) {
+			kepoch := func(b *testing.B, parallel int) {
 				topic := benchTopic(b, c, codec, size, n)
 				benchConsume(b, n, size, func() func() {
 					cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
 						consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-						consumer.FetchMaxWait(benchFetchMaxWait))
+						consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -134,7 +135,11 @@ func BenchmarkConsume(b *testing.B) {
 					}
 					return func() { cons.Close(context.Background()) }
 				})
-			})
+			}
+			b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) { kepoch(b, 1) })
+			if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
+				b.Run(fmt.Sprintf("%s/%dB/kepoch-parallel", codec, size), func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+			}
 			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				start := map[int32]kgo.Offset{}

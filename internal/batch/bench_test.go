@@ -3,6 +3,7 @@ package batch
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -59,9 +60,9 @@ func BenchmarkDecode(b *testing.B) {
 	for _, codec := range compress.Codecs {
 		for _, sz := range benchSizes {
 			fetch := benchFetch(b, codec, sz.size)
-			b.Run(codec.String()+"/"+sz.name+"/kepoch", func(b *testing.B) {
+			kepoch := func(b *testing.B, parallel int) {
 				var it Iterator
-				o := Options{Topic: "t", Partition: 3}
+				o := Options{Topic: "t", Partition: 3, Parallel: parallel}
 				b.SetBytes(int64(len(fetch)))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -80,7 +81,14 @@ func BenchmarkDecode(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/record")
-			})
+			}
+			b.Run(codec.String()+"/"+sz.name+"/kepoch", func(b *testing.B) { kepoch(b, 0) })
+			// Options.Parallel: the same work on up to GOMAXPROCS
+			// goroutines (wall time per record; the CPU per record is
+			// kepoch's, plus the goroutines' start).
+			if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
+				b.Run(codec.String()+"/"+sz.name+"/kepoch-parallel", func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+			}
 			b.Run(codec.String()+"/"+sz.name+"/kgo", func(b *testing.B) {
 				dec := kgo.DefaultDecompressor()
 				rp := kmsg.NewFetchResponseTopicPartition()

@@ -47,7 +47,23 @@ type Options struct {
 	// Decompressor decompresses payloads; nil uses a shared one bounded
 	// at compress.DefaultMaxDecompressedSize.
 	Decompressor *compress.Decompressor
+	// Parallel, when above 1, lets Next decompress up to Parallel
+	// compressed batches at once when it reaches one that is not
+	// decompressed yet: the batch itself and the ones after it, each on
+	// a goroutine of its own that Next starts and waits for. Batches are
+	// still validated, decoded and yielded one at a time and in order,
+	// and an error is still reported at the batch that has it; a batch
+	// decompressed ahead that is never yielded (an error before it, an
+	// aborted transaction) only cost the work. It trades CPU for latency
+	// on a fetch of several large compressed batches; small windows (less
+	// than ParallelMinBytes compressed) are decompressed in line.
+	Parallel int
 }
+
+// ParallelMinBytes is the least compressed size a window of batches needs
+// before Next decompresses it on several goroutines: below it, starting
+// them costs more than it saves.
+const ParallelMinBytes = 128 << 10
 
 // Batch is one decoded record batch.
 type Batch struct {
@@ -86,11 +102,26 @@ type Iterator struct {
 	hdrs    []RecordHeader
 	buf     []byte
 	filter  AbortFilter
+	// ahead holds the batches decompressed ahead (Options.Parallel), in
+	// input order; next is the first not taken yet. spare are buffers for
+	// the next window.
+	ahead []aheadBatch
+	next  int
+	spare [][]byte
+}
+
+// aheadBatch is a batch decompressed ahead of Next: its position in the
+// input and the outcome of decompressing its payload.
+type aheadBatch struct {
+	pos int
+	out []byte
+	err error
 }
 
 // Reset starts iterating over data, the RecordBatches bytes of one fetched
 // partition, and drops the previous batch. It copies o.Aborted.
 func (it *Iterator) Reset(data []byte, o Options) {
+	it.dropAhead() // under the old options: Retain decides what is kept
 	it.o = o
 	it.o.Aborted = nil
 	it.d = o.Decompressor
@@ -187,6 +218,7 @@ func (it *Iterator) fail(offset int64, err error, reason string) bool {
 		Err:       err,
 	}
 	it.done = true
+	it.dropAhead()
 	return false
 }
 
@@ -260,13 +292,18 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 	n := int(h.NumRecords)
 	data := payload
 	if codec := h.Attributes.Codec(); codec != compress.None && (n > 0 || len(payload) > 0) {
-		out, err := it.d.Decompress(it.buf[:0], payload, codec)
+		out, owned, ok, err := it.takeAhead()
+		if !ok {
+			out, err = it.d.Decompress(it.buf[:0], payload, codec)
+			if err == nil {
+				it.buf = out
+			}
+		}
 		if err != nil {
 			return nil, it.fail(h.BaseOffset, err, "records do not decompress")
 		}
-		it.buf = out
 		data = out
-		if it.o.Retain {
+		if it.o.Retain && !owned {
 			data = append([]byte(nil), out...)
 		}
 	}

@@ -1,0 +1,247 @@
+package batch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/compress"
+)
+
+// lowParallelMin lets windows of any size take the parallel path for the
+// rest of the test. Tests that call it must not run in parallel.
+func lowParallelMin(t testing.TB) {
+	old := parallelMinBytes
+	parallelMinBytes = 0
+	t.Cleanup(func() { parallelMinBytes = old })
+}
+
+// seen is what one iteration yielded, copied out batch by batch (records
+// alias reused buffers without Retain).
+type seen struct {
+	batches  []string
+	records  []Record
+	err      error
+	partial  bool
+	consumed int
+}
+
+func iterate(data []byte, o Options) seen {
+	var it Iterator
+	it.Reset(data, o)
+	var s seen
+	for it.Next() {
+		b := it.Batch()
+		s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
+		for _, r := range b.Records {
+			r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+			var hs []RecordHeader
+			for _, h := range r.Headers {
+				hs = append(hs, RecordHeader{Key: bytes.Clone(h.Key), Value: bytes.Clone(h.Value)})
+			}
+			r.Headers = hs
+			s.records = append(s.records, r)
+		}
+	}
+	s.err, s.partial, s.consumed = it.Err(), it.Partial(), it.Consumed()
+	return s
+}
+
+func sameSeen(t *testing.T, name string, got, want seen) {
+	t.Helper()
+	if fmt.Sprint(got.batches) != fmt.Sprint(want.batches) {
+		t.Fatalf("%s: batches\n%v\nwant\n%v", name, got.batches, want.batches)
+	}
+	if len(got.records) != len(want.records) {
+		t.Fatalf("%s: %d records, want %d", name, len(got.records), len(want.records))
+	}
+	for i := range got.records {
+		if d := diffRecord(&got.records[i], &want.records[i]); d != "" {
+			t.Fatalf("%s: record %d: %s", name, i, d)
+		}
+	}
+	if fmt.Sprint(got.err) != fmt.Sprint(want.err) || got.partial != want.partial || got.consumed != want.consumed {
+		t.Fatalf("%s: err %v partial %v consumed %d, want %v %v %d", name, got.err, got.partial, got.consumed, want.err, want.partial, want.consumed)
+	}
+}
+
+// mixedFetch is a fetch of batches of every codec, uncompressed ones and
+// control batches among them, followed by the transactional log of txnLog
+// (aborted transactions included) shifted past them.
+func mixedFetch(t testing.TB) ([]byte, []AbortedTransaction) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var fetch []byte
+	base := int64(0)
+	for i := 0; i < 3; i++ {
+		for _, codec := range compress.Codecs {
+			n := 1 + rng.IntN(40)
+			fetch = append(fetch, buildBatch(t, specAt(base, codec), genRecords(rng, base, n, 200))...)
+			base += int64(n)
+		}
+	}
+	log, aborted, _, _ := txnLog(t, compress.Zstd)
+	// Re-base the transactional log: rewrite each batch's base offset and
+	// CRC (the CRC does not cover the base offset).
+	for rest := log; len(rest) > 0; {
+		length := int(binary.BigEndian.Uint32(rest[offLength:]))
+		binary.BigEndian.PutUint64(rest, binary.BigEndian.Uint64(rest)+uint64(base))
+		rest = rest[LogOverhead+length:]
+	}
+	for i := range aborted {
+		aborted[i].FirstOffset += base
+	}
+	return append(fetch, log...), aborted
+}
+
+func TestParallelMatchesSequential(t *testing.T) {
+	lowParallelMin(t)
+	fetch, aborted := mixedFetch(t)
+	cases := []Options{
+		{},
+		{KeepControl: true},
+		{ReadCommitted: true, Aborted: aborted},
+		{StartOffset: 37},
+		{StartOffset: 37, ReadCommitted: true, Aborted: aborted, KeepControl: true},
+	}
+	for _, o := range cases {
+		for _, retain := range []bool{false, true} {
+			o.Retain = retain
+			o.Parallel = 0
+			want := iterate(fetch, o)
+			if want.err != nil || len(want.records) == 0 {
+				t.Fatalf("sequential decode of the fixture: %v, %d records", want.err, len(want.records))
+			}
+			for _, par := range []int{2, 3, 8, 64} {
+				o.Parallel = par
+				sameSeen(t, fmt.Sprintf("%+v", o), iterate(fetch, o), want)
+			}
+		}
+	}
+}
+
+// TestParallelKeepsBatchValidUntilNext: without Retain a yielded batch's
+// keys and values stay intact until the next Next, and with Retain for
+// good, while later windows reuse buffers.
+func TestParallelKeepsBatchValidUntilNext(t *testing.T) {
+	lowParallelMin(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	var fetch []byte
+	var want []Record
+	for i := int64(0); i < 20; i++ {
+		recs := genRecords(rng, i*10, 10, 300)
+		want = append(want, recs...)
+		fetch = append(fetch, buildBatch(t, specAt(i*10, compress.LZ4), recs)...)
+	}
+	for _, retain := range []bool{false, true} {
+		var it Iterator
+		var kept []Record
+		it.Reset(fetch, Options{Parallel: 3, Retain: retain})
+		for it.Next() {
+			recs := it.Batch().Records
+			checkRecords(t, recs, want[len(kept):len(kept)+len(recs)])
+			kept = append(kept, recs...)
+		}
+		if it.Err() != nil || len(kept) != len(want) {
+			t.Fatalf("retain %v: %v, %d records", retain, it.Err(), len(kept))
+		}
+		if retain {
+			checkRecords(t, kept, want)
+		} else if len(it.spare) == 0 {
+			t.Fatal("no window was decompressed ahead")
+		}
+	}
+}
+
+// TestParallelErrorsAtTheirBatch: a payload that does not decompress, or a
+// CRC mismatch, in the middle of a window is reported at its own batch,
+// after every batch before it was yielded, exactly as without Parallel.
+func TestParallelErrorsAtTheirBatch(t *testing.T) {
+	lowParallelMin(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	var batches [][]byte
+	for i := int64(0); i < 8; i++ {
+		batches = append(batches, buildBatch(t, specAt(i*10, compress.Zstd), genRecords(rng, i*10, 10, 300)))
+	}
+	build := func(bad int, fixCRC bool) []byte {
+		var fetch []byte
+		for i, b := range batches {
+			b = bytes.Clone(b)
+			if i == bad {
+				b[HeaderSize] ^= 0xff // the zstd frame magic
+				if fixCRC {
+					binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+				}
+			}
+			fetch = append(fetch, b...)
+		}
+		return fetch
+	}
+	for _, bad := range []int{0, 1, 3, 7} {
+		for _, fixCRC := range []bool{false, true} {
+			fetch := build(bad, fixCRC)
+			want := iterate(fetch, Options{})
+			if want.err == nil || len(want.batches) != bad {
+				t.Fatalf("sequential: %v after %d batches", want.err, len(want.batches))
+			}
+			wantKind := errors.ErrCorruptBatch
+			if fixCRC {
+				wantKind = errors.ErrCompression
+			}
+			if !errors.Is(want.err, wantKind) {
+				t.Fatalf("bad %d fixCRC %v: %v, want %v", bad, fixCRC, want.err, wantKind)
+			}
+			for _, par := range []int{2, 4, 16} {
+				sameSeen(t, fmt.Sprintf("bad %d fixCRC %v parallel %d", bad, fixCRC, par), iterate(fetch, Options{Parallel: par}), want)
+			}
+		}
+	}
+	// A trailing partial batch ends the window and the iteration.
+	full := build(-1, false)
+	cut := full[:len(full)-len(batches[7])/2]
+	want := iterate(cut, Options{})
+	if !want.partial || len(want.batches) != 7 {
+		t.Fatalf("sequential on a cut fetch: partial %v, %d batches", want.partial, len(want.batches))
+	}
+	sameSeen(t, "partial", iterate(cut, Options{Parallel: 4}), want)
+}
+
+// TestParallelReuseAcrossResets: one Iterator over many fetches, with and
+// without Parallel and Retain in turn, decodes each the same.
+func TestParallelReuseAcrossResets(t *testing.T) {
+	lowParallelMin(t)
+	fetch, _ := mixedFetch(t)
+	want := iterate(fetch, Options{})
+	var it Iterator
+	for round := 0; round < 12; round++ {
+		o := Options{Parallel: round % 4, Retain: round%3 == 0}
+		it.Reset(fetch, o)
+		var s seen
+		for it.Next() {
+			b := it.Batch()
+			s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
+			for _, r := range b.Records {
+				r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+				s.records = append(s.records, r)
+			}
+			if round%5 == 4 && len(s.batches) == 9 {
+				break // abandon the fetch in the middle of a window
+			}
+		}
+		if round%5 == 4 {
+			continue
+		}
+		s.err, s.partial, s.consumed = it.Err(), it.Partial(), it.Consumed()
+		if fmt.Sprint(s.batches) != fmt.Sprint(want.batches) || len(s.records) != len(want.records) || s.err != nil {
+			t.Fatalf("round %d (%+v): %d batches %d records %v", round, o, len(s.batches), len(s.records), s.err)
+		}
+		for i := range s.records {
+			if !sameBytes(s.records[i].Key, want.records[i].Key) || !sameBytes(s.records[i].Value, want.records[i].Value) {
+				t.Fatalf("round %d: record %d differs", round, i)
+			}
+		}
+	}
+}
