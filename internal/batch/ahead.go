@@ -16,6 +16,16 @@ var parallelMinBytes = ParallelMinBytes
 // decompressed ahead.
 const parallelMaxBytes = 4 << 20
 
+// maxWindow bounds the number of batches in a window.
+const maxWindow = 16
+
+// aheadJob is a batch of a window: its position and compressed payload.
+type aheadJob struct {
+	pos     int
+	codec   compress.Codec
+	payload []byte
+}
+
 // takeAhead returns the decompressed payload of the batch at it.pos when
 // it was decompressed ahead, or, when Options.Parallel allows and the
 // window ahead is worth it, decompresses that batch and the next ones
@@ -31,7 +41,7 @@ func (it *Iterator) takeAhead() (out []byte, owned, ok bool, err error) {
 	}
 	if it.next == len(it.ahead) || it.ahead[it.next].pos != it.pos {
 		it.dropAhead()
-		if it.o.Parallel <= 1 || !it.decompressAhead() {
+		if it.o.Parallel <= 1 || it.pos < it.inlineTo || !it.decompressAhead() {
 			return nil, false, false, nil
 		}
 	}
@@ -70,19 +80,15 @@ func (it *Iterator) dropAhead() {
 // here; every batch is still validated in order by decode before its
 // output is used.
 func (it *Iterator) decompressAhead() bool {
-	type job struct {
-		pos     int
-		codec   compress.Codec
-		payload []byte
-	}
-	var (
-		jobs  [16]job
-		win   = jobs[:0]
-		bytes int
-	)
+	win, bytes := it.jobs[:0], 0
+	defer func() {
+		clear(win) // the payloads alias the input, which must not be kept alive
+		it.jobs = win[:0]
+	}()
 	// A window of many batches per goroutine amortizes their start (waking
 	// an idle thread can take longer than a job) and the wait for the last.
-	for pos := it.pos; len(win) < len(jobs) && bytes < parallelMaxBytes; {
+	pos := it.pos
+	for len(win) < maxWindow && bytes < parallelMaxBytes {
 		rem := it.data[pos:]
 		if len(rem) < HeaderSize {
 			break
@@ -109,10 +115,13 @@ func (it *Iterator) decompressAhead() bool {
 			}
 			continue // decode skips it without decompressing
 		}
-		win = append(win, job{pos: pos - len(raw), codec: codec, payload: raw[HeaderSize:]})
+		win = append(win, aheadJob{pos: pos - len(raw), codec: codec, payload: raw[HeaderSize:]})
 		bytes += len(raw)
 	}
 	if len(win) < 2 || bytes < parallelMinBytes {
+		// Not worth it: the batches scanned are decompressed in line,
+		// without scanning again for each of them.
+		it.inlineTo = pos
 		return false
 	}
 	for _, j := range win {
@@ -123,9 +132,15 @@ func (it *Iterator) decompressAhead() bool {
 		}
 		it.ahead = append(it.ahead, a)
 	}
-	// Jobs are claimed in order by whoever is free: the caller and up to
-	// Parallel-1 goroutines. A goroutine that starts late (waking an idle
-	// thread can take longer than a job) finds the jobs done and returns.
+	it.runWindow(win)
+	return true
+}
+
+// runWindow decompresses the batches of win into it.ahead. Jobs are claimed
+// in order by whoever is free: the caller and up to Parallel-1 goroutines,
+// all done when it returns. A goroutine that starts late (waking an idle
+// thread can take longer than a job) finds the jobs done and returns.
+func (it *Iterator) runWindow(win []aheadJob) {
 	var claimed atomic.Int32
 	work := func() {
 		for {
@@ -151,5 +166,4 @@ func (it *Iterator) decompressAhead() bool {
 	}
 	work()
 	wg.Wait()
-	return true
 }

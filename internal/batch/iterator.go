@@ -106,8 +106,12 @@ type Iterator struct {
 	// input order; next is the first not taken yet. spare are buffers for
 	// the next window.
 	ahead []aheadBatch
+	jobs  []aheadJob
 	next  int
 	spare [][]byte
+	// inlineTo ends the input a scan found not worth decompressing
+	// ahead: batches before it are decompressed in line.
+	inlineTo int
 }
 
 // aheadBatch is a batch decompressed ahead of Next: its position in the
@@ -129,6 +133,7 @@ func (it *Iterator) Reset(data []byte, o Options) {
 		it.d = defaultDecompressor()
 	}
 	it.data, it.pos, it.err, it.partial, it.done = data, 0, nil, false, false
+	it.inlineTo = 0
 	it.b = Batch{}
 	if o.ReadCommitted {
 		it.filter.Reset(o.Aborted)
