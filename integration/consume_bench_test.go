@@ -95,6 +95,15 @@ func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) str
 //	KEPOCH_KAFKA=1 go test -run '^$' -bench BenchmarkConsume -count 6 ./integration/
 func BenchmarkConsume(b *testing.B) {
 	c := Require(b)
+	b.Cleanup(func() {
+		benchTopics.Range(func(key, topic any) bool {
+			if err := c.DeleteTopic(context.Background(), topic.(string)); err != nil {
+				b.Error(err)
+			}
+			benchTopics.Delete(key)
+			return true
+		})
+	})
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := 200_000

@@ -40,6 +40,11 @@ func BenchmarkProduce(b *testing.B) {
 			if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}, {2, 3, 1}, {3, 1, 2}}, nil); err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(func() {
+				if err := c.DeleteTopic(context.Background(), topic); err != nil {
+					b.Error(err)
+				}
+			})
 			value := make([]byte, size)
 			for i := range value {
 				value[i] = byte('a' + i%26)

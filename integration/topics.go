@@ -297,3 +297,24 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// DeleteTopic deletes topic (benchmarks delete what they wrote: a run can
+// leave gigabytes per broker).
+func (c *Cluster) DeleteTopic(ctx context.Context, topic string) error {
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30_000
+	t := kmsg.NewDeleteTopicsRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	req.TopicNames = append(req.TopicNames, topic)
+	resp, err := req.RequestWith(ctx, c.Client)
+	if err != nil {
+		return fmt.Errorf("delete topic %s: %w", topic, err)
+	}
+	for _, r := range resp.Topics {
+		if err := errCode(r.ErrorCode); err != nil {
+			return fmt.Errorf("delete topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}

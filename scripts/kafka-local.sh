@@ -222,7 +222,9 @@ up() {
     if alive "$n"; then log "node $n is up but the cluster is not whole; restarting all"; down; break; fi
   done
   local t0=$SECONDS
-  if [ -d "$STATE" ]; then rm -rf "$STATE.prev"; mv "$STATE" "$STATE.prev"; fi
+  # The previous run's logs are kept (in $STATE.prev), its data is not: a
+  # benchmark run can leave tens of GB.
+  if [ -d "$STATE" ]; then rm -rf "$STATE.prev"; mv "$STATE" "$STATE.prev"; rm -rf "$STATE.prev"/node-*/data; fi
   mkdir -p "$STATE"
   write_log4j
   format_all
