@@ -212,6 +212,38 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 
 // setClusterConfig sets (value non-nil) or deletes a cluster-wide dynamic
 // broker config with IncrementalAlterConfigs.
+// lowerProducerExpiry sets producer.id.expiration.ms to 2s on every broker
+// for the rest of the test.
+func (c *Cluster) lowerProducerExpiry(ctx context.Context, t *testing.T) {
+	t.Helper()
+	ms := "2000"
+	if err := c.setClusterConfig(ctx, "producer.id.expiration.ms", &ms); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.setClusterConfig(context.Background(), "producer.id.expiration.ms", nil); err != nil {
+			t.Errorf("restoring producer.id.expiration.ms: %v", err)
+		}
+	})
+}
+
+// waitProducerForgotten waits until the leader of partition 0 of topic no
+// longer lists producer pid (DescribeProducers).
+func (c *Cluster) waitProducerForgotten(ctx context.Context, t *testing.T, topic string, pid int64) {
+	t.Helper()
+	st, err := c.Describe(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
+		ids, err := c.describeProducers(ctx, st.Leader, topic)
+		return err == nil && !slices.Contains(ids, pid), nil
+	}); err != nil {
+		t.Fatalf("the leader never expired producer %d: %v", pid, err)
+	}
+	t.Logf("leader %d expired producer %d", st.Leader, pid)
+}
+
 func (c *Cluster) setClusterConfig(ctx context.Context, name string, value *string) error {
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	r := kmsg.NewIncrementalAlterConfigsRequestResource()
@@ -274,15 +306,7 @@ func TestProducerStateExpiry(t *testing.T) {
 	if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}}, map[string]string{"min.insync.replicas": "2"}); err != nil {
 		t.Fatal(err)
 	}
-	ms := "2000"
-	if err := c.setClusterConfig(ctx, "producer.id.expiration.ms", &ms); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.setClusterConfig(context.Background(), "producer.id.expiration.ms", nil); err != nil {
-			t.Errorf("restoring producer.id.expiration.ms: %v", err)
-		}
-	})
+	c.lowerProducerExpiry(ctx, t)
 	var mu sync.Mutex
 	var outcomes []producer.Outcome
 	p := newProducer(t, producer.OnOutcome(func(o producer.Outcome) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }))
@@ -296,16 +320,7 @@ func TestProducerStateExpiry(t *testing.T) {
 	if _, err := produceValues(ctx, p, topic, vals("a", 20)); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := c.Describe(ctx, topic, 0)
-	pid := p.ProducerID().ID
-	// Wait until the leader has forgotten the producer.
-	if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
-		ids, err := c.describeProducers(ctx, st.Leader, topic)
-		return err == nil && !slices.Contains(ids, pid), nil
-	}); err != nil {
-		t.Fatalf("the leader never expired producer %d: %v", pid, err)
-	}
-	t.Logf("leader %d expired producer %d", st.Leader, pid)
+	c.waitProducerForgotten(ctx, t, topic, p.ProducerID().ID)
 	if _, err := produceValues(ctx, p, topic, vals("b", 20)); err != nil {
 		t.Fatalf("producing after expiry: %v", err)
 	}

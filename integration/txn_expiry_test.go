@@ -3,12 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
 )
@@ -32,15 +30,7 @@ func TestTransactionalProducerStateExpiry(t *testing.T) {
 	if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}}, map[string]string{"min.insync.replicas": "2"}); err != nil {
 		t.Fatal(err)
 	}
-	ms := "2000"
-	if err := c.setClusterConfig(ctx, "producer.id.expiration.ms", &ms); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.setClusterConfig(context.Background(), "producer.id.expiration.ms", nil); err != nil {
-			t.Errorf("restoring producer.id.expiration.ms: %v", err)
-		}
-	})
+	c.lowerProducerExpiry(ctx, t)
 	var mu sync.Mutex
 	var outcomes []producer.Outcome
 	p := newProducer(t, producer.TransactionalID(TopicName("txn-expiry-id")),
@@ -81,24 +71,8 @@ func TestTransactionalProducerStateExpiry(t *testing.T) {
 			aborts++
 		}
 	}
-	forgotten := func(what string) {
-		t.Helper()
-		st, err := c.Describe(ctx, topic, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := p.ProducerID().ID
-		if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
-			ids, err := c.describeProducers(ctx, st.Leader, topic)
-			return err == nil && !slices.Contains(ids, pid), nil
-		}); err != nil {
-			t.Fatalf("the leader never expired producer %d: %v", pid, err)
-		}
-		t.Logf("%s: leader %d expired producer %v", what, st.Leader, p.ProducerID())
-	}
-
 	txn("t1", 20)
-	forgotten("after t1")
+	c.waitProducerForgotten(ctx, t, topic, p.ProducerID().ID)
 	txn("t2", 20)
 	// An empty transaction aborted, then one more after another expiry.
 	if err := p.BeginTransaction(); err != nil {
@@ -107,26 +81,10 @@ func TestTransactionalProducerStateExpiry(t *testing.T) {
 	if err := p.AbortTransaction(ctx); err != nil {
 		t.Fatalf("aborting an empty transaction: %v", err)
 	}
-	forgotten("after t2")
+	c.waitProducerForgotten(ctx, t, topic, p.ProducerID().ID)
 	txn("t3", 10)
 
-	cons := newConsumer(t, consumer.ReadCommitted())
-	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
-		t.Fatal(err)
-	}
-	var got polled
-	if err := got.pollFor(ctx, cons, func(p *polled) bool { return len(p.records) >= len(committed) }); err != nil {
-		t.Fatal(err)
-	}
-	quiet, qcancel := context.WithTimeout(ctx, time.Second)
-	_ = got.pollFor(quiet, cons, func(*polled) bool { return false })
-	qcancel()
-	if g := values(got.records); !slices.Equal(g, committed) {
-		t.Fatalf("read_committed consumer read %v; want %v", g, committed)
-	}
-	if len(got.events) != 0 || len(got.errs) != 0 {
-		t.Fatalf("events %v errors %v", got.events, got.errs)
-	}
+	checkReadCommitted(ctx, t, topic, committed)
 	mu.Lock()
 	t.Logf("%d committed records, %d aborted attempts, producer %v, %d bumps, outcomes %v", len(committed), aborts, p.ProducerID(), p.Bumps(), outcomes)
 	mu.Unlock()

@@ -87,20 +87,27 @@ func TestTransactionsUnderBrokerBounces(t *testing.T) {
 	}
 	t.Logf("%d committed records, %d aborted; producer %v", len(committed), len(aborted), p.ProducerID())
 
+	checkReadCommitted(ctx, t, topic, committed)
+}
+
+// checkReadCommitted reads partition 0 of topic with a read_committed kepoch
+// consumer and requires exactly want, in order, and nothing more after a
+// quiet second (no aborted record after the last commit).
+func checkReadCommitted(ctx context.Context, t *testing.T, topic string, want []string) {
+	t.Helper()
 	cons := newConsumer(t, consumer.ReadCommitted())
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
 		t.Fatal(err)
 	}
 	var got polled
-	if err := got.pollFor(ctx, cons, func(p *polled) bool { return len(p.records) >= len(committed) }); err != nil {
+	if err := got.pollFor(ctx, cons, func(p *polled) bool { return len(p.records) >= len(want) }); err != nil {
 		t.Fatal(err)
 	}
-	// Nothing more trickles in (no aborted record after the last commit).
 	quiet, qcancel := context.WithTimeout(ctx, time.Second)
 	_ = got.pollFor(quiet, cons, func(*polled) bool { return false })
 	qcancel()
-	if g := values(got.records); !slices.Equal(g, committed) {
-		t.Fatalf("read_committed consumer read %d records; want the %d committed ones in order (first difference at %d)", len(g), len(committed), firstDiff(g, committed))
+	if g := values(got.records); !slices.Equal(g, want) {
+		t.Fatalf("read_committed consumer read %d records; want the %d committed ones in order (first difference at %d)", len(g), len(want), firstDiff(g, want))
 	}
 	if len(got.events) != 0 || len(got.errs) != 0 {
 		t.Fatalf("events %v errors %v", got.events, got.errs)

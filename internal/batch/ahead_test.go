@@ -35,20 +35,24 @@ func iterate(data []byte, o Options) seen {
 	it.Reset(data, o)
 	var s seen
 	for it.Next() {
-		b := it.Batch()
-		s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
-		for _, r := range b.Records {
-			r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
-			var hs []RecordHeader
-			for _, h := range r.Headers {
-				hs = append(hs, RecordHeader{Key: bytes.Clone(h.Key), Value: bytes.Clone(h.Value)})
-			}
-			r.Headers = hs
-			s.records = append(s.records, r)
-		}
+		s.add(it.Batch())
 	}
 	s.err, s.partial, s.consumed = it.Err(), it.Partial(), it.Consumed()
 	return s
+}
+
+// add records b, with copies of its records.
+func (s *seen) add(b *Batch) {
+	s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
+	for _, r := range b.Records {
+		r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+		var hs []RecordHeader
+		for _, h := range r.Headers {
+			hs = append(hs, RecordHeader{Key: bytes.Clone(h.Key), Value: bytes.Clone(h.Value)})
+		}
+		r.Headers = hs
+		s.records = append(s.records, r)
+	}
 }
 
 func sameSeen(t *testing.T, name string, got, want seen) {
@@ -221,12 +225,7 @@ func TestParallelReuseAcrossResets(t *testing.T) {
 		it.Reset(fetch, o)
 		var s seen
 		for it.Next() {
-			b := it.Batch()
-			s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
-			for _, r := range b.Records {
-				r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
-				s.records = append(s.records, r)
-			}
+			s.add(it.Batch())
 			if round%5 == 4 && len(s.batches) == 9 {
 				break // abandon the fetch in the middle of a window
 			}
