@@ -7,6 +7,7 @@ package producer_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -741,5 +742,64 @@ func TestLeaderChangeChecksAckedWrites(t *testing.T) {
 			}
 			wantLog(t, c, 0, vals("v", 0, 6))
 		})
+	}
+}
+
+// Epoch exhaustion: a bump from epoch 32767 (math.MaxInt16) cannot go to the
+// next epoch, so the producer asks InitProducerId for a new producer ID and
+// continues under it at epoch 0 and sequence 0, without a loss or a
+// duplicate. The first InitProducerId is answered at epoch 32766 so that
+// two bumps reach it.
+func TestEpochExhaustionTakesNewProducerID(t *testing.T) {
+	c := newCluster(t, 1)
+	const oldID = 4242
+	var inits atomic.Int32
+	c.ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if inits.Add(1) > 1 {
+			return nil, nil, false // kfake answers: a new producer ID at epoch 0
+		}
+		resp := kr.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = oldID, math.MaxInt16-1
+		return resp, nil, true
+	})
+	p, rec := newRecorded(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	mustOK(t, sendAll(t, ctx, p, precs(0, "v", 0, 2)...))
+	if id := p.ProducerID(); id.ID != oldID || id.Epoch != math.MaxInt16-1 {
+		t.Fatalf("producer %v; want %d/%d", id, oldID, math.MaxInt16-1)
+	}
+	// UNKNOWN_PRODUCER_ID with the log start past everything acknowledged
+	// (no loss), twice: the first bump reaches 32767, the second needs a
+	// new producer ID.
+	for i, want := range []int16{math.MaxInt16, 0} {
+		c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+			return answerProduce(kr.(*kmsg.ProduceRequest), kerr.UnknownProducerID.Code, 100, 0), nil, true
+		})
+		res := sendAll(t, ctx, p, prec(0, fmt.Sprintf("v%d", 2+i)))
+		mustOK(t, res)
+		id := p.ProducerID()
+		if id.Epoch != want || (want == 0) != (id.ID != oldID) {
+			t.Fatalf("after bump %d: producer %v; want epoch %d (a new ID: %v)", i+1, id, want, want == 0)
+		}
+		if _, ok := res[0].Recovery.(producer.ResequencedNoLoss); !ok {
+			t.Fatalf("bump %d: recovery %#v", i+1, res[0].Recovery)
+		}
+	}
+	if n := inits.Load(); n != 2 {
+		t.Fatalf("%d InitProducerId requests; want 2 (the start and the exhaustion)", n)
+	}
+	if p.Bumps() != 2 {
+		t.Fatalf("%d bumps", p.Bumps())
+	}
+	// Under the new ID the sequence starts again at 0, and the log holds
+	// every record once, in order.
+	mustOK(t, sendAll(t, ctx, p, precs(0, "v", 4, 6)...))
+	log := wantLog(t, c, 0, vals("v", 0, 6))
+	if last := log[len(log)-1]; last.ProducerID == oldID || last.ProducerEpoch != 0 {
+		t.Fatalf("last record written by %d/%d", last.ProducerID, last.ProducerEpoch)
+	}
+	if k := kinds(rec.Outcomes()); k != "ResequencedNoLoss,ResequencedNoLoss" {
+		t.Fatalf("outcomes %s", k)
 	}
 }
