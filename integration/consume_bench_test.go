@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -145,9 +146,14 @@ func BenchmarkConsume(b *testing.B) {
 					return func() { cons.Close(context.Background()) }
 				})
 			}
-			b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) { kepoch(b, 1) })
-			if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
-				b.Run(fmt.Sprintf("%s/%dB/kepoch-parallel", codec, size), func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+			runKepoch := func() {
+				b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) { kepoch(b, 1) })
+				if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
+					b.Run(fmt.Sprintf("%s/%dB/kepoch-parallel", codec, size), func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+				}
+			}
+			if !kgoFirst() {
+				runKepoch()
 			}
 			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
@@ -179,9 +185,18 @@ func BenchmarkConsume(b *testing.B) {
 					return cl.Close
 				})
 			})
+			if kgoFirst() {
+				runKepoch()
+			}
 		}
 	}
 }
+
+// kgoFirst says whether the benchmarks run franz-go before kepoch in each
+// configuration (KEPOCH_BENCH_ORDER=kgo-first). scripts/bench-real.sh
+// alternates it between rounds, one process per round, so that a drift of
+// the machine or the cluster during a run does not favour one client.
+func kgoFirst() bool { return os.Getenv("KEPOCH_BENCH_ORDER") == "kgo-first" }
 
 // benchConsume runs b.N iterations of run, which reads the n records with a
 // new client and returns the function closing it; closing is not measured.
