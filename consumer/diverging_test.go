@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -94,6 +95,10 @@ func TestDivergingEpochInBand(t *testing.T) {
 				ev.Replaced != (consumer.Range{From: to, To: 30}) || ev.Halted {
 				t.Fatalf("event %v (%+v)", ev, ev)
 			}
+			checkReplacedBatches(t, ev)
+			// The two runs produce on clusters of their own: the
+			// batches' identities and CRCs differ.
+			ev.ReplacedBatches = nil
 			report[path] = ev
 			// kfake did not really truncate: the rewind reads 12..29 again.
 			checkInOrder(t, recs, map[int32]int64{0: to}, map[int32]int64{0: 30})
@@ -114,7 +119,7 @@ func TestDivergingEpochInBand(t *testing.T) {
 			}
 		})
 	}
-	if a, b := report["DivergingEpoch"], report["OffsetForLeaderEpoch"]; a != b {
+	if a, b := report["DivergingEpoch"], report["OffsetForLeaderEpoch"]; !reflect.DeepEqual(a, b) {
 		t.Fatalf("the two paths disagree:\n  in-band    %+v\n  validation %+v", a, b)
 	}
 }
@@ -156,4 +161,26 @@ func TestOlderBrokerFetchV11(t *testing.T) {
 		t.Fatalf("event %v", ev)
 	}
 	checkInOrder(t, recs, map[int32]int64{0: 12}, map[int32]int64{0: 30})
+}
+
+// checkReplacedBatches requires ev.ReplacedBatches to be complete and to
+// cover exactly the batches holding ev.Replaced, in order and without
+// overlaps, each with its producer identity and CRC.
+func checkReplacedBatches(t *testing.T, ev consumer.TruncationEvent) {
+	t.Helper()
+	bs := ev.ReplacedBatches
+	if !ev.ReplacedBatchesComplete || len(bs) == 0 {
+		t.Fatalf("replaced batches %+v, complete %v", bs, ev.ReplacedBatchesComplete)
+	}
+	if bs[0].Base > ev.Replaced.From || bs[0].Last < ev.Replaced.From || bs[len(bs)-1].Last != ev.Replaced.To-1 {
+		t.Fatalf("replaced batches %+v do not span %v", bs, ev.Replaced)
+	}
+	for i, b := range bs {
+		if b.Records < 1 || b.Last < b.Base || b.CRC == 0 || b.ProducerID < 0 || b.BaseSequence < 0 || b.LeaderEpoch != 0 {
+			t.Fatalf("replaced batch %d: %+v", i, b)
+		}
+		if i > 0 && b.Base != bs[i-1].Last+1 {
+			t.Fatalf("replaced batches %d and %d do not follow each other: %+v", i-1, i, bs)
+		}
+	}
 }

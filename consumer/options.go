@@ -35,6 +35,7 @@ type cfg struct {
 	requestTimeout  time.Duration
 	sessions        bool
 	lineageSize     int
+	historySize     int
 	maxEpochWaits   int
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
@@ -55,6 +56,7 @@ func defaultCfg() cfg {
 		requestTimeout:  30 * time.Second,
 		sessions:        true,
 		lineageSize:     16,
+		historySize:     256,
 		maxEpochWaits:   5,
 		metadataMaxAge:  5 * time.Minute,
 		decompressLimit: 256 << 20,
@@ -89,6 +91,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("consumer: RequestTimeout %v < 1s", c.requestTimeout)
 	case c.lineageSize < 2:
 		return fmt.Errorf("consumer: LineageSize %d < 2", c.lineageSize)
+	case c.historySize < 0:
+		return fmt.Errorf("consumer: DeliveryHistory %d < 0", c.historySize)
 	case c.maxEpochWaits < 1:
 		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
 	}
@@ -186,6 +190,12 @@ func DisableFetchSessions() Opt { return optFunc(func(c *cfg) { c.sessions = fal
 // LineageSize bounds the epoch history kept per partition to refine a
 // divergence point (default 16 epochs).
 func LineageSize(n int) Opt { return optFunc(func(c *cfg) { c.lineageSize = n }) }
+
+// DeliveryHistory bounds the digests of delivered batches kept per
+// partition (default 256 batches, about 50 bytes each), from which a
+// truncation report lists the delivered batches it replaced
+// (TruncationEvent.ReplacedBatches). 0 keeps none.
+func DeliveryHistory(n int) Opt { return optFunc(func(c *cfg) { c.historySize = n }) }
 
 // MaxEpochWaits is how many metadata refreshes in a row may report a leader
 // epoch older than one already known (from a commit or a seek) before the

@@ -37,6 +37,54 @@ type part struct {
 	buf *fetched
 	// nearest receives the position a SeekToNearest resolved to.
 	nearest chan Position
+	// history holds the digests of the last batches delivered, in offset
+	// order (at most Consumer.cfg.historySize).
+	history []DeliveredBatch
+}
+
+// remember adds the digest of a delivered batch to p's history. A batch at
+// or below one already there (the application sought back and reads again)
+// replaces everything from it on.
+func (p *part) remember(b DeliveredBatch, limit int) {
+	if limit == 0 {
+		return
+	}
+	i := len(p.history)
+	for i > 0 && p.history[i-1].Last >= b.Base {
+		i--
+	}
+	p.history = p.history[:i]
+	if len(p.history) == limit {
+		copy(p.history, p.history[1:])
+		p.history = p.history[:limit-1]
+	}
+	p.history = append(p.history, b)
+}
+
+// replaced returns the digests of the delivered batches with records in r,
+// and whether they cover all of r; the history past r.From is dropped (those
+// offsets are no longer the log's).
+func (p *part) replaced(r Range) ([]DeliveredBatch, bool) {
+	if r.Empty() {
+		return nil, true
+	}
+	var out []DeliveredBatch
+	keep := len(p.history)
+	for i, b := range p.history {
+		if b.Last < r.From {
+			continue
+		}
+		keep = min(keep, i)
+		if b.Base < r.To {
+			out = append(out, b)
+		}
+	}
+	// The history is in delivery order without overlaps, and only its
+	// oldest entries are ever dropped: reaching both ends of r is covering
+	// everything delivered in between.
+	complete := len(out) > 0 && out[0].Base <= r.From && out[len(out)-1].Last >= r.To-1
+	p.history = p.history[:keep]
+	return out, complete
 }
 
 // fetched is one partition's Fetch answer with data, decoded by its fetch
@@ -139,6 +187,7 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 			Consumed: a.Report.Consumed, Divergent: a.Report.Divergent, Resume: a.Report.Resume, Exact: a.Report.Exact,
 			Replaced: a.Report.Replaced, Skipped: a.Report.Skipped, Halted: a.Report.Then == seek.ThenHalt,
 		}
+		ev.ReplacedBatches, ev.ReplacedBatchesComplete = p.replaced(ev.Replaced)
 		c.events = append(c.events, ev)
 		if ev.Halted {
 			c.errs = append(c.errs, ev.Err())
@@ -191,6 +240,7 @@ type span struct {
 	base, last int64
 	epoch      int32
 	from, to   int
+	digest     DeliveredBatch
 }
 
 // decode decodes the record batches of rp, a Fetch answer for tp that asked
@@ -221,6 +271,9 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 			arena = make([]byte, 0, k)
 		}
 		sp := span{base: h.BaseOffset, last: h.BaseOffset + int64(h.LastOffsetDelta), epoch: h.PartitionLeaderEpoch, from: len(d.records)}
+		sp.digest = DeliveredBatch{Base: sp.base, Last: sp.last, LeaderEpoch: h.PartitionLeaderEpoch,
+			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
+			Transactional: h.Attributes.Transactional(), CRC: h.CRC, Records: h.NumRecords}
 		d.records = slices.Grow(d.records, len(bt.Records))
 		for i := range bt.Records {
 			r := &bt.Records[i]
@@ -301,6 +354,9 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 				continue // entirely below the position
 			}
 			return // not accepted: stale, or validation started
+		}
+		if sp.to > sp.from {
+			p.remember(sp.digest, c.cfg.historySize)
 		}
 		for j := sp.from; j < sp.to; j++ {
 			if d.records[j].Offset < before.Offset {

@@ -154,6 +154,40 @@ type TruncationEvent struct {
 	// Halted is true under PolicyNone: the partition stopped at Consumed
 	// and fetches nothing until the application seeks.
 	Halted bool
+	// ReplacedBatches describes the record batches Poll delivered that
+	// hold Replaced offsets, oldest first: their offsets, leader epoch,
+	// producer identity and sequence, and CRC, so that the application can
+	// tell which writes it must compensate for, and recognize one that the
+	// new lineage holds again (same producer ID, epoch and sequence). It
+	// reaches back as far as the partition's delivery history
+	// (DeliveryHistory); ReplacedBatchesComplete says it covers all of
+	// Replaced (false, for one, when the replaced records were delivered
+	// before a restart, from a committed position).
+	ReplacedBatches         []DeliveredBatch
+	ReplacedBatchesComplete bool
+}
+
+// DeliveredBatch is the digest of a record batch whose records Poll
+// delivered.
+type DeliveredBatch struct {
+	// Base and Last are the batch's first and last offsets.
+	Base, Last int64
+	// LeaderEpoch is the partition leader epoch the batch was written in.
+	LeaderEpoch int32
+	// ProducerID, ProducerEpoch and BaseSequence are the idempotent
+	// producer's identity and the sequence of the first record (ProducerID
+	// -1 when the producer was not idempotent; the sequence then means
+	// nothing).
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	// Transactional marks a batch written in a transaction.
+	Transactional bool
+	// CRC is the batch's CRC-32C (over attributes to the end of the
+	// batch, as written by the producer).
+	CRC uint32
+	// Records is the number of records in the batch.
+	Records int32
 }
 
 func (e TruncationEvent) String() string {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/errors"
 )
@@ -91,6 +93,7 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 	rewind := newConsumer(t, consumer.TruncationPolicy(consumer.PolicyEarliest))
 	halt := newConsumer(t, consumer.TruncationPolicy(consumer.PolicyNone))
 	var rw, hl polled
+	var oldBatches []kmsg.RecordBatch
 	const before, lost, after = 10, 10, 5
 	u, err := EngineerUncleanElection(ctx, c, UncleanPlan{
 		Prefix: "consumer-unclean", Before: before, Lost: lost, After: after, Log: logf,
@@ -113,7 +116,14 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 				}
 			}
 			logf("both consumers read offsets 0..%d (position %d)", before+lost-1, before+lost)
-			return nil
+			// The batches the old leader holds past the records both
+			// replicas have: what a report must say was replaced.
+			st, err := c.Describe(ctx, topic, 0)
+			if err != nil {
+				return err
+			}
+			oldBatches, err = c.BatchHeaders(ctx, st.Leader, topic, st.TopicID, 0, before)
+			return err
 		},
 	})
 	if err != nil {
@@ -140,6 +150,22 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 		if ev.Replaced.From != truth.EndOffset || ev.Replaced.To != before+lost {
 			t.Fatalf("%s: replaced %v; want [%d,%d)", name, ev.Replaced, truth.EndOffset, before+lost)
 		}
+		// The digests of the replaced batches are those of the batches
+		// the old leader held there, as kmsg parses them from its own
+		// Fetch answer before it died.
+		if !ev.ReplacedBatchesComplete || len(ev.ReplacedBatches) != len(oldBatches) {
+			t.Fatalf("%s: replaced batches %+v (complete %v); the old leader held %d batches past %d", name, ev.ReplacedBatches, ev.ReplacedBatchesComplete, len(oldBatches), before)
+		}
+		for i, got := range ev.ReplacedBatches {
+			b := oldBatches[i]
+			want := consumer.DeliveredBatch{Base: b.FirstOffset, Last: b.FirstOffset + int64(b.LastOffsetDelta), LeaderEpoch: b.PartitionLeaderEpoch,
+				ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch, BaseSequence: b.FirstSequence,
+				Transactional: b.Attributes&0x10 != 0, CRC: uint32(b.CRC), Records: b.NumRecords}
+			if got != want {
+				t.Fatalf("%s: replaced batch %d is %+v; the old leader held %+v", name, i, got, want)
+			}
+		}
+		logf("%s: the %d replaced batches are the old leader's (first %+v)", name, len(oldBatches), ev.ReplacedBatches[0])
 	}
 
 	// PolicyEarliest: report, then the new lineage from the divergence point.

@@ -109,6 +109,11 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 		if ev.Consumed.Offset != committed.Offset || ev.Consumed.Epoch != committed.LeaderEpoch {
 			t.Fatalf("%s: consumed %v; want the commit %+v", name, ev.Consumed, committed)
 		}
+		// The replaced records were delivered before the restart: this
+		// process has no digest of them, and says so.
+		if ev.ReplacedBatchesComplete || len(ev.ReplacedBatches) != 0 {
+			t.Fatalf("%s: replaced batches %+v complete %v after a restart", name, ev.ReplacedBatches, ev.ReplacedBatchesComplete)
+		}
 	}
 
 	// PolicyNone: the restarted member halts before delivering anything.

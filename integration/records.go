@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -143,4 +144,43 @@ func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [
 	}
 	p := resp.Topics[0].Partitions[0]
 	return p, errCode(p.ErrorCode)
+}
+
+// BatchHeaders reads the record batch headers of topic/partition that
+// broker holds from offset from up to its high watermark, with raw Fetch
+// requests parsed by kmsg (an oracle independent of kepoch's codec).
+func (c *Cluster) BatchHeaders(ctx context.Context, broker int32, topic string, topicID [16]byte, partition int32, from int64) ([]kmsg.RecordBatch, error) {
+	var out []kmsg.RecordBatch
+	offset := from
+	for {
+		rp, err := c.fetchRaw(ctx, broker, topic, topicID, partition, offset)
+		if err != nil {
+			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
+		}
+		if err := errCode(rp.ErrorCode); err != nil {
+			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
+		}
+		before := offset
+		for data := rp.RecordBatches; len(data) >= 12; {
+			n := int(binary.BigEndian.Uint32(data[8:])) + 12
+			if n > len(data) {
+				break // a partial batch at the end of the answer
+			}
+			var b kmsg.RecordBatch
+			if err := b.ReadFrom(data[:n]); err != nil {
+				return out, fmt.Errorf("batch at %d: %w", offset, err)
+			}
+			data = data[n:]
+			if last := b.FirstOffset + int64(b.LastOffsetDelta); last >= offset {
+				out = append(out, b)
+				offset = last + 1
+			}
+		}
+		if offset >= rp.HighWatermark {
+			return out, nil
+		}
+		if offset == before {
+			return out, fmt.Errorf("fetch %s/%d from %d: no progress at %d below high watermark %d", topic, partition, broker, offset, rp.HighWatermark)
+		}
+	}
 }

@@ -149,6 +149,10 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 	fmt.Fprintf(w, "kepoch reported: %v\n", e)
 	fmt.Fprintf(w, "  consumed to %v; the leader says epoch %d ends at offset %d\n", e.Consumed, e.Divergent.Epoch, e.Divergent.Offset)
 	fmt.Fprintf(w, "  delivered offsets %d..%d no longer exist as consumed: compensate for them\n", e.Replaced.From, e.Replaced.To-1)
+	for _, b := range e.ReplacedBatches {
+		fmt.Fprintf(w, "  replaced batch %d..%d: producer %d epoch %d sequence %d, %d records, crc %08x\n",
+			b.Base, b.Last, b.ProducerID, b.ProducerEpoch, b.BaseSequence, b.Records, b.CRC)
+	}
 	show(w, *verbose, recs)
 	fmt.Fprintf(w, "then read the new lineage from the divergence point: %s..%s at offsets %d..%d, leader epoch %d\n",
 		recs[0].Value, recs[len(recs)-1].Value, recs[0].Offset, recs[len(recs)-1].Offset, recs[0].LeaderEpoch)

@@ -15,6 +15,7 @@ func TestDemoReportsTheTruncation(t *testing.T) {
 	for _, want := range []string{
 		"consumed offsets 0..29; position 30@0",
 		"kepoch reported: payments[0] diverged: consumed to 30@0, log diverges at 20@0, delivered offsets [20,30) replaced",
+		"replaced batch 20..29: producer ",
 		"refund-0..refund-4 at offsets 20..24, leader epoch 1",
 		"position 25@1",
 		"epoch   1: ends at offset 25",
