@@ -86,20 +86,29 @@ func (o *offsetRequests) loop() {
 	}
 }
 
+// topicSlot returns the index of topic's entry in *topics (idx maps names to
+// indexes), appending the one mk makes when there is none yet.
+func topicSlot[T any](idx map[string]int, topics *[]T, topic string, mk func() T) int {
+	i, ok := idx[topic]
+	if !ok {
+		*topics = append(*topics, mk())
+		i = len(*topics) - 1
+		idx[topic] = i
+	}
+	return i
+}
+
 func (o *offsetRequests) sendValidate(broker int32, ps map[TopicPartition]seek.ValidateRequest) {
 	c := o.c
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1
 	idx := map[string]int{}
 	for tp, v := range ps {
-		i, ok := idx[tp.Topic]
-		if !ok {
+		i := topicSlot(idx, &req.Topics, tp.Topic, func() kmsg.OffsetForLeaderEpochRequestTopic {
 			t := kmsg.NewOffsetForLeaderEpochRequestTopic()
 			t.Topic = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			idx[tp.Topic] = i
-		}
+			return t
+		})
 		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
 		rp.Partition = tp.Partition
 		rp.CurrentLeaderEpoch = v.CurrentLeaderEpoch
@@ -137,14 +146,11 @@ func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListR
 	}
 	idx := map[string]int{}
 	for tp, l := range ps {
-		i, ok := idx[tp.Topic]
-		if !ok {
+		i := topicSlot(idx, &req.Topics, tp.Topic, func() kmsg.ListOffsetsRequestTopic {
 			t := kmsg.NewListOffsetsRequestTopic()
 			t.Topic = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			idx[tp.Topic] = i
-		}
+			return t
+		})
 		rp := kmsg.NewListOffsetsRequestTopicPartition()
 		rp.Partition = tp.Partition
 		rp.CurrentLeaderEpoch = l.CurrentLeaderEpoch

@@ -2,6 +2,7 @@ package compress
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 
@@ -188,19 +189,7 @@ func (c *Compressor) Compress(dst, src []byte, codec Codec) ([]byte, error) {
 	case Gzip:
 		w := c.gzipPool.Get().(*gzipWriter)
 		defer c.gzipPool.Put(w)
-		w.out.b = dst
-		w.w.Reset(&w.out)
-		_, err := w.w.Write(src)
-		if err == nil {
-			err = w.w.Close()
-		}
-		out := w.out.b
-		w.out.b = nil
-		w.w.Reset(nil)
-		if err != nil {
-			return dst, newError("compress", codec, err)
-		}
-		return out, nil
+		return compressStream(w.w, &w.out, dst, src, codec)
 	case Snappy:
 		n := s2.MaxEncodedLen(len(src))
 		if n < 0 {
@@ -221,19 +210,7 @@ func (c *Compressor) Compress(dst, src []byte, codec Codec) ([]byte, error) {
 	case LZ4:
 		w := c.lz4Pool.Get().(*lz4Writer)
 		defer c.lz4Pool.Put(w)
-		w.out.b = dst
-		w.w.Reset(&w.out)
-		_, err := w.w.Write(src)
-		if err == nil {
-			err = w.w.Close()
-		}
-		out := w.out.b
-		w.out.b = nil
-		w.w.Reset(nil)
-		if err != nil {
-			return dst, newError("compress", codec, err)
-		}
-		return out, nil
+		return compressStream(w.w, &w.out, dst, src, codec)
 	case Zstd:
 		w := c.zstdPool.Get().(*zstdWriter)
 		defer c.zstdPool.Put(w)
@@ -241,6 +218,32 @@ func (c *Compressor) Compress(dst, src []byte, codec Codec) ([]byte, error) {
 		return w.enc.EncodeAll(src, dst), nil
 	}
 	return dst, newError("compress", codec, ErrUnknownCodec)
+}
+
+// streamWriter is a pooled compressing writer (gzip, lz4), pointed at a new
+// output by Reset.
+type streamWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// compressStream compresses src with w, whose output is out, appending to
+// dst; w and out are left pointing at nothing, so the pool keeps no
+// reference to dst.
+func compressStream(w streamWriter, out *appendWriter, dst, src []byte, codec Codec) ([]byte, error) {
+	out.b = dst
+	w.Reset(out)
+	_, err := w.Write(src)
+	if err == nil {
+		err = w.Close()
+	}
+	res := out.b
+	out.b = nil
+	w.Reset(nil)
+	if err != nil {
+		return dst, newError("compress", codec, err)
+	}
+	return res, nil
 }
 
 // growBy returns b with room for n more bytes past len(b).
