@@ -243,44 +243,7 @@ func TestProvenGapReportsLostRange(t *testing.T) {
 	// answers (0, 1), and fetches from 1 find nothing.
 	var truncated atomic.Bool
 	truncated.Store(true)
-	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !truncated.Load() {
-			return nil, nil, false
-		}
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, 0, 1
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !truncated.Load() {
-			return nil, nil, false
-		}
-		req := kr.(*kmsg.FetchRequest)
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewFetchResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition, sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = rp.Partition, 1, 1, 0
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	truncateLeader(c, &truncated, nil, 1, func(int32) int32 { return 0 })
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
 	eventually(t, 3*time.Second, "no lost-write report", func() bool { return len(rec.Lost()) > 0 })
@@ -679,45 +642,7 @@ func TestLeaderChangeChecksAckedWrites(t *testing.T) {
 			// The new leader's log ends at 2: epoch 0 ended there and
 			// epoch 1 (current) has nothing yet; fetches find nothing.
 			var asked atomic.Int32
-			c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				asked.Add(1)
-				if !truncated.Load() {
-					return nil, nil, false
-				}
-				req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-				resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-				for _, rt := range req.Topics {
-					st := kmsg.NewOffsetForLeaderEpochResponseTopic()
-					st.Topic = rt.Topic
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-						sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, min(rp.LeaderEpoch, 1), 2
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-				return resp, nil, true
-			})
-			c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				if !truncated.Load() {
-					return nil, nil, false
-				}
-				req := kr.(*kmsg.FetchRequest)
-				resp := req.ResponseKind().(*kmsg.FetchResponse)
-				for _, rt := range req.Topics {
-					st := kmsg.NewFetchResponseTopic()
-					st.Topic, st.TopicID = rt.Topic, rt.TopicID
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewFetchResponseTopicPartition()
-						sp.Partition, sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = rp.Partition, 2, 2, 0
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-				return resp, nil, true
-			})
+			truncateLeader(c, &truncated, &asked, 2, func(e int32) int32 { return min(e, 1) })
 			if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
 				t.Fatal(err)
 			}
@@ -802,4 +727,52 @@ func TestEpochExhaustionTakesNewProducerID(t *testing.T) {
 	if k := kinds(rec.Outcomes()); k != "ResequencedNoLoss,ResequencedNoLoss" {
 		t.Fatalf("outcomes %s", k)
 	}
+}
+
+// truncateLeader makes the partition leader answer, while truncated is set,
+// as one whose log ends at end: OffsetForLeaderEpoch(e) answers (epochOf(e),
+// end) and every fetch finds nothing, with the high watermark at end. asked,
+// when set, counts the OffsetForLeaderEpoch requests.
+func truncateLeader(c *kfake.Cluster, truncated *atomic.Bool, asked *atomic.Int32, end int64, epochOf func(int32) int32) {
+	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if asked != nil {
+			asked.Add(1)
+		}
+		if !truncated.Load() {
+			return nil, nil, false
+		}
+		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, epochOf(rp.LeaderEpoch), end
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !truncated.Load() {
+			return nil, nil, false
+		}
+		req := kr.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = rp.Partition, end, end, 0
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
 }
