@@ -154,16 +154,21 @@ java_tool() {
 
 format_all() {
   local cid pids=() n
-  cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+  # A URL-safe base64 id that does not start with '-' (the storage tool
+  # would read it as an option; Kafka's own random ids avoid it too).
+  cid=-
+  while [ "${cid:0:1}" = - ]; do
+    cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+  done
   echo "$cid" >"$STATE/cluster.id"
   log "formatting storage (cluster id $cid)"
   for n in "${NODES[@]}"; do
     write_props "$n"
     if [ "$n" = 100 ]; then
-      java_tool kafka.tools.StorageTool format -t "$cid" -c "$(node_dir "$n")/server.properties" --standalone \
+      java_tool kafka.tools.StorageTool format --cluster-id="$cid" -c "$(node_dir "$n")/server.properties" --standalone \
         >"$(node_dir "$n")/logs/format.log" 2>&1 &
     else
-      java_tool kafka.tools.StorageTool format -t "$cid" -c "$(node_dir "$n")/server.properties" --no-initial-controllers \
+      java_tool kafka.tools.StorageTool format --cluster-id="$cid" -c "$(node_dir "$n")/server.properties" --no-initial-controllers \
         >"$(node_dir "$n")/logs/format.log" 2>&1 &
     fi
     pids+=($!)
