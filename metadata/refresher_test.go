@@ -606,18 +606,8 @@ func TestRefresherCloseGoroutineDelta(t *testing.T) {
 		go func() { defer wg.Done(); _ = r.Refresh(ctxBg, 0) }()
 		go func() { defer wg.Done(); _, _ = sub.Next(ctxBg) }()
 	}
-	// The loop may still be between its first round trip and parking on
-	// its timer (it then reads the clock for lastEnd), so one Advance can
-	// land before the backoff is measured from it: keep time moving until
-	// the second round trip is in the gate.
-	deadline := time.Now().Add(5 * time.Second)
-	for fc.callCount() < 2 { // a round trip hangs in the gate
-		if time.Now().After(deadline) {
-			t.Fatalf("waited for 2 Metadata calls, got %d", fc.callCount())
-		}
-		clock.Advance(time.Second)
-		time.Sleep(2 * time.Millisecond)
-	}
+	clock.Advance(time.Second)
+	fc.waitCalls(t, 2) // a round trip hangs in the gate
 	r.Close()
 	wg.Wait()
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })

@@ -1,7 +1,6 @@
 package batch
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
@@ -93,27 +92,22 @@ func (it *Iterator) decompressAhead() bool {
 		if len(rem) < HeaderSize {
 			break
 		}
-		length := int32(binary.BigEndian.Uint32(rem[offLength:]))
-		if length < minLength || int64(len(rem)) < LogOverhead+int64(length) || int8(rem[offMagic]) != Magic {
+		var h Header
+		readHeader(rem, &h)
+		if h.Length < minLength || int64(len(rem)) < LogOverhead+int64(h.Length) || h.Magic != Magic {
 			break // decode reports it, or the iteration ends there
 		}
-		raw := rem[:LogOverhead+int(length)]
+		raw := rem[:LogOverhead+int(h.Length)]
 		pos += len(raw)
-		attrs := Attributes(binary.BigEndian.Uint16(raw[offAttributes:]))
-		codec := attrs.Codec()
-		base := int64(binary.BigEndian.Uint64(raw))
-		last := base + int64(int32(binary.BigEndian.Uint32(raw[offLastDelta:])))
-		if codec == compress.None || !codec.Valid() || len(raw) == HeaderSize {
+		codec := h.Attributes.Codec()
+		// Batches decode does not decompress: uncompressed ones, those it
+		// rejects, empty ones, and data batches below the start.
+		if codec == compress.None || !codec.Valid() || len(raw) == HeaderSize ||
+			!h.Attributes.Control() && h.LastOffset() < it.o.StartOffset {
 			if len(win) == 0 {
 				return false // the batch at it.pos needs no decompression
 			}
 			continue
-		}
-		if !attrs.Control() && last < it.o.StartOffset {
-			if len(win) == 0 {
-				return false
-			}
-			continue // decode skips it without decompressing
 		}
 		win = append(win, aheadJob{pos: pos - len(raw), codec: codec, payload: raw[HeaderSize:]})
 		bytes += len(raw)
@@ -149,11 +143,7 @@ func (it *Iterator) runWindow(win []aheadJob) {
 				return
 			}
 			a := &it.ahead[i]
-			out, err := it.d.Decompress(a.out, win[i].payload, win[i].codec)
-			if err != nil {
-				out = a.out
-			}
-			a.out, a.err = out, err
+			a.out, a.err = it.d.Decompress(a.out, win[i].payload, win[i].codec) // a.out unextended on error
 		}
 	}
 	var wg sync.WaitGroup
