@@ -55,8 +55,7 @@ func (p *part) remember(b DeliveredBatch, limit int) {
 	}
 	p.history = p.history[:i]
 	if len(p.history) == limit {
-		copy(p.history, p.history[1:])
-		p.history = p.history[:limit-1]
+		p.history = p.history[1:] // append moves it to a new array when full: O(1) amortized
 	}
 	p.history = append(p.history, b)
 }
@@ -234,13 +233,11 @@ type decoded struct {
 	err     error // the decode error that ended the answer, if any
 }
 
-// span is one decoded batch: its offsets and leader epoch, and its records
-// in decoded.records.
+// span is one decoded batch: its digest (offsets, leader epoch, producer,
+// CRC) and its records in decoded.records.
 type span struct {
-	base, last int64
-	epoch      int32
-	from, to   int
-	digest     DeliveredBatch
+	batch    DeliveredBatch
+	from, to int
 }
 
 // decode decodes the record batches of rp, a Fetch answer for tp that asked
@@ -270,10 +267,9 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 			}
 			arena = make([]byte, 0, k)
 		}
-		sp := span{base: h.BaseOffset, last: h.BaseOffset + int64(h.LastOffsetDelta), epoch: h.PartitionLeaderEpoch, from: len(d.records)}
-		sp.digest = DeliveredBatch{Base: sp.base, Last: sp.last, LeaderEpoch: h.PartitionLeaderEpoch,
+		sp := span{from: len(d.records), batch: DeliveredBatch{Base: h.BaseOffset, Last: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
 			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
-			Transactional: h.Attributes.Transactional(), CRC: h.CRC, Records: h.NumRecords}
+			Transactional: h.Attributes.Transactional(), CRC: h.CRC, Records: h.NumRecords}}
 		d.records = slices.Grow(d.records, len(bt.Records))
 		for i := range bt.Records {
 			r := &bt.Records[i]
@@ -347,16 +343,16 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 	}
 	for _, sp := range d.spans {
 		before, _ := p.m.Position()
-		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.base, Last: sp.last, Epoch: sp.epoch})
+		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.batch.Base, Last: sp.batch.Last, Epoch: sp.batch.LeaderEpoch})
 		after, ok := p.m.Position()
 		if !ok || after.Offset <= before.Offset {
-			if sp.last < before.Offset {
+			if sp.batch.Last < before.Offset {
 				continue // entirely below the position
 			}
 			return // not accepted: stale, or validation started
 		}
 		if sp.to > sp.from {
-			p.remember(sp.digest, c.cfg.historySize)
+			p.remember(sp.batch, c.cfg.historySize)
 		}
 		for j := sp.from; j < sp.to; j++ {
 			if d.records[j].Offset < before.Offset {
