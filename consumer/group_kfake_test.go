@@ -129,10 +129,17 @@ type member struct {
 
 func startMember(t *testing.T, c *kfake.Cluster, name, group string, seq *int, opts ...consumer.Opt) *member {
 	t.Helper()
+	return startMemberWith(t, c, name, group, seq, func(cons *consumer.Consumer) error { return cons.Subscribe(topic) }, opts...)
+}
+
+// startMemberWith is startMember with subscribe in place of the
+// subscription to topic.
+func startMemberWith(t *testing.T, c *kfake.Cluster, name, group string, seq *int, subscribe func(*consumer.Consumer) error, opts ...consumer.Opt) *member {
+	t.Helper()
 	m := &member{t: t, name: name, log: newRebalanceLog(seq), done: make(chan struct{})}
 	all := append(groupOpts(group), m.log.opts()...)
 	m.cons = newConsumer(t, c, append(all, opts...)...)
-	if err := m.cons.Subscribe(topic); err != nil {
+	if err := subscribe(m.cons); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,6 +198,34 @@ func (m *member) closeNow(t *testing.T) {
 	if err := m.cons.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkDelivered checks that m1 and m2 got no error and, between them,
+// every offset below end of partitions 0 to partitions-1 at least once; it
+// returns how many of those records they got more than once.
+func checkDelivered(t *testing.T, m1, m2 *member, partitions int32, end int64) (dups int) {
+	t.Helper()
+	a, errs1 := m1.got()
+	b, errs2 := m2.got()
+	if len(errs1)+len(errs2) > 0 {
+		t.Fatal(errs1, errs2)
+	}
+	seen := map[int32]map[int64]int{}
+	for _, r := range append(a, b...) {
+		if seen[r.Partition] == nil {
+			seen[r.Partition] = map[int64]int{}
+		}
+		seen[r.Partition][r.Offset]++
+	}
+	for p := int32(0); p < partitions; p++ {
+		for o := int64(0); o < end; o++ {
+			if seen[p][o] == 0 {
+				t.Fatalf("partition %d offset %d never delivered", p, o)
+			}
+			dups += seen[p][o] - 1
+		}
+	}
+	return dups
 }
 
 // TestGroupCommitsAndRestartsFromCommit: a lone member gets every
@@ -279,27 +314,9 @@ func TestGroupCooperativeRebalance(t *testing.T) {
 	})
 	m1.halt()
 	m2.halt()
-	a, errs1 := m1.got()
-	b, errs2 := m2.got()
-	if len(errs1)+len(errs2) > 0 {
-		t.Fatal(errs1, errs2)
-	}
 	// Every record at least once; duplicates only of partitions that
 	// moved, from their last commit on.
-	seen := map[int32]map[int64]int{}
-	for _, r := range append(a, b...) {
-		if seen[r.Partition] == nil {
-			seen[r.Partition] = map[int64]int{}
-		}
-		seen[r.Partition][r.Offset]++
-	}
-	for p := int32(0); p < 4; p++ {
-		for o := int64(0); o < 20; o++ {
-			if seen[p][o] == 0 {
-				t.Fatalf("partition %d offset %d never delivered", p, o)
-			}
-		}
-	}
+	checkDelivered(t, m1, m2, 4, 20)
 	t.Logf("m1 %v, m2 %v", l1, m2.log.log())
 }
 
@@ -443,27 +460,7 @@ func TestGroupConsumerProtocol(t *testing.T) {
 		return n >= 20
 	})
 	m2.halt()
-	a, errs1 := m1.got()
-	b, errs2 := m2.got()
-	if len(errs1)+len(errs2) > 0 {
-		t.Fatal(errs1, errs2)
-	}
-	seen := map[int32]map[int64]int{}
-	for _, r := range append(a, b...) {
-		if seen[r.Partition] == nil {
-			seen[r.Partition] = map[int64]int{}
-		}
-		seen[r.Partition][r.Offset]++
-	}
-	dups := 0
-	for p := int32(0); p < 4; p++ {
-		for o := int64(0); o < 25; o++ {
-			if seen[p][o] == 0 {
-				t.Fatalf("partition %d offset %d never delivered", p, o)
-			}
-			dups += seen[p][o] - 1
-		}
-	}
+	dups := checkDelivered(t, m1, m2, 4, 25)
 	// m1 closed after Poll returned everything and committed it on Close.
 	if dups > 0 {
 		t.Logf("%d records delivered twice (inside the at-least-once window)", dups)

@@ -110,15 +110,8 @@ func TestGroupRegexSubscription(t *testing.T) {
 		t.Run(proto.String(), func(t *testing.T) {
 			c := newClusterWith(t, 2, kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}))
 			seq := 0
-			m := &member{t: t, name: "re", log: newRebalanceLog(&seq), done: make(chan struct{})}
-			m.cons = newConsumer(t, c, append(append(groupOpts("regex-"+proto.String()), m.log.opts()...), consumer.WithGroupProtocol(proto))...)
-			if err := m.cons.SubscribeRegex(`t|t-more\d`); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			m.stop = cancel
-			go m.poll(ctx)
-			t.Cleanup(m.halt)
+			subscribe := func(cons *consumer.Consumer) error { return cons.SubscribeRegex(`t|t-more\d`) }
+			m := startMemberWith(t, c, "re", "regex-"+proto.String(), &seq, subscribe, consumer.WithGroupProtocol(proto))
 			waitFor(t, 10*time.Second, "t's 2 partitions", func() bool { return m.log.ownedCount() == 2 })
 			createTopic(t, c, "t-more1", 3)
 			createTopic(t, c, "t-other", 3)

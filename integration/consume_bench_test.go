@@ -127,22 +127,16 @@ func BenchmarkConsume(b *testing.B) {
 					if err := cons.Assign(as...); err != nil {
 						b.Fatal(err)
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					got := 0
-					for got < n {
+					readN(b, n, func(ctx context.Context) (int, error) {
 						f, err := cons.Poll(ctx)
 						if err != nil {
-							b.Fatalf("poll after %d of %d records: %v", got, n, err)
+							return 0, err
 						}
 						if len(f.Truncations)+len(f.Errors) > 0 {
 							b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
 						}
-						got += len(f.Records)
-					}
-					if got != n {
-						b.Fatalf("read %d records of %d", got, n)
-					}
+						return len(f.Records), nil
+					})
 					return func() { cons.Close(context.Background()) }
 				})
 			}
@@ -169,19 +163,10 @@ func BenchmarkConsume(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					got := 0
-					for got < n {
+					readN(b, n, func(ctx context.Context) (int, error) {
 						fs := cl.PollFetches(ctx)
-						if err := fs.Err(); err != nil {
-							b.Fatalf("poll after %d of %d records: %v", got, n, err)
-						}
-						got += fs.NumRecords()
-					}
-					if got != n {
-						b.Fatalf("read %d records of %d", got, n)
-					}
+						return fs.NumRecords(), fs.Err()
+					})
 					return cl.Close
 				})
 			})
@@ -197,6 +182,24 @@ func BenchmarkConsume(b *testing.B) {
 // alternates it between rounds, one process per round, so that a drift of
 // the machine or the cluster during a run does not favour one client.
 func kgoFirst() bool { return os.Getenv("KEPOCH_BENCH_ORDER") == "kgo-first" }
+
+// readN polls until n records are read, within 2 minutes: poll returns
+// how many records one poll read, or its error. Reading more than n fails b.
+func readN(b *testing.B, n int, poll func(context.Context) (int, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	got := 0
+	for got < n {
+		k, err := poll(ctx)
+		if err != nil {
+			b.Fatalf("poll after %d of %d records: %v", got, n, err)
+		}
+		got += k
+	}
+	if got != n {
+		b.Fatalf("read %d records of %d", got, n)
+	}
+}
 
 // benchConsume runs b.N iterations of run, which reads the n records with a
 // new client and returns the function closing it; closing is not measured.

@@ -59,30 +59,14 @@ func BenchmarkProduce(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer p.Close(ctx)
-				run := func() {
-					var wg sync.WaitGroup
-					wg.Add(n)
-					var failed error
-					var mu sync.Mutex
-					for i := 0; i < n; i++ {
+				benchProduce(b, n, size, func() {
+					produceN(b, n, func(i int, acked func(error)) {
 						r := &producer.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
-						if err := p.Produce(ctx, r, func(res producer.Result) {
-							if res.Err != nil {
-								mu.Lock()
-								failed = res.Err
-								mu.Unlock()
-							}
-							wg.Done()
-						}); err != nil {
+						if err := p.Produce(ctx, r, func(res producer.Result) { acked(res.Err) }); err != nil {
 							b.Fatal(err)
 						}
-					}
-					waitAcks(b, &wg)
-					if failed != nil {
-						b.Fatal(failed)
-					}
-				}
-				benchProduce(b, n, size, run)
+					})
+				})
 			}
 			runKgo := func(b *testing.B) {
 				kc := kgo.NoCompression()
@@ -94,27 +78,11 @@ func BenchmarkProduce(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer cl.Close()
-				run := func() {
-					var wg sync.WaitGroup
-					wg.Add(n)
-					var failed error
-					var mu sync.Mutex
-					for i := 0; i < n; i++ {
-						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) {
-							if err != nil {
-								mu.Lock()
-								failed = err
-								mu.Unlock()
-							}
-							wg.Done()
-						})
-					}
-					waitAcks(b, &wg)
-					if failed != nil {
-						b.Fatal(failed)
-					}
-				}
-				benchProduce(b, n, size, run)
+				benchProduce(b, n, size, func() {
+					produceN(b, n, func(i int, acked func(error)) {
+						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) { acked(err) })
+					})
+				})
 			}
 			// A new topic's first writes are slower (segments, indexes and
 			// replica fetchers being set up): the topic is written to once
@@ -147,6 +115,32 @@ func warmTopic(b *testing.B, topic string, n int, value []byte) {
 	}
 	if err := cl.Flush(ctx); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// produceN is one iteration of BenchmarkProduce: produce(i, acked) sends
+// record i, whose acknowledgement calls acked with its error, for i from 0
+// to n-1; it waits for every acknowledgement and fails b with an error one
+// reported.
+func produceN(b *testing.B, n int, produce func(i int, acked func(error))) {
+	var wg sync.WaitGroup
+	wg.Add(n)
+	var failed error
+	var mu sync.Mutex
+	acked := func(err error) {
+		if err != nil {
+			mu.Lock()
+			failed = err
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	for i := 0; i < n; i++ {
+		produce(i, acked)
+	}
+	waitAcks(b, &wg)
+	if failed != nil {
+		b.Fatal(failed)
 	}
 }
 

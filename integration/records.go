@@ -62,27 +62,44 @@ type Fetched struct {
 // with franz-go's decoder (an oracle independent of kepoch's codec).
 func (c *Cluster) FetchAll(ctx context.Context, broker int32, topic string, topicID [16]byte, partition int32, from int64) ([]Fetched, error) {
 	var out []Fetched
-	offset := from
-	for {
-		rp2, err := c.fetchRaw(ctx, broker, topic, topicID, partition, offset)
-		if err != nil {
-			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
-		}
+	err := c.fetchEach(ctx, broker, topic, topicID, partition, from, func(rp *kmsg.FetchResponseTopicPartition, offset int64) (int64, error) {
 		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			Topic: topic, Partition: partition, KeepControlRecords: false, Offset: offset,
-		}, &rp2, kgo.DefaultDecompressor(), nil)
+		}, rp, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
-			return out, fp.Err
+			return offset, fp.Err
 		}
 		for _, r := range fp.Records {
 			out = append(out, Fetched{Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Value: string(r.Value)})
 			offset = r.Offset + 1
 		}
-		if offset >= rp2.HighWatermark || len(fp.Records) == 0 {
-			if offset < rp2.HighWatermark {
-				return out, fmt.Errorf("fetch %s/%d from %d: no progress at %d below high watermark %d", topic, partition, broker, offset, rp2.HighWatermark)
-			}
-			return out, nil
+		return offset, nil
+	})
+	return out, err
+}
+
+// fetchEach reads topic/partition from broker with raw Fetch requests, from
+// offset from up to the broker's high watermark: read takes each answer and
+// the offset it was fetched at, and returns the offset to fetch next; an
+// answer that moves it on not at all below the high watermark is an error.
+func (c *Cluster) fetchEach(ctx context.Context, broker int32, topic string, topicID [16]byte, partition int32, from int64,
+	read func(rp *kmsg.FetchResponseTopicPartition, offset int64) (int64, error),
+) error {
+	offset := from
+	for {
+		rp, err := c.fetchRaw(ctx, broker, topic, topicID, partition, offset)
+		if err != nil {
+			return fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
+		}
+		before := offset
+		if offset, err = read(&rp, offset); err != nil {
+			return err
+		}
+		if offset >= rp.HighWatermark {
+			return nil
+		}
+		if offset == before {
+			return fmt.Errorf("fetch %s/%d from %d: no progress at %d below high watermark %d", topic, partition, broker, offset, rp.HighWatermark)
 		}
 	}
 }
@@ -151,16 +168,7 @@ func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [
 // requests parsed by kmsg (an oracle independent of kepoch's codec).
 func (c *Cluster) BatchHeaders(ctx context.Context, broker int32, topic string, topicID [16]byte, partition int32, from int64) ([]kmsg.RecordBatch, error) {
 	var out []kmsg.RecordBatch
-	offset := from
-	for {
-		rp, err := c.fetchRaw(ctx, broker, topic, topicID, partition, offset)
-		if err != nil {
-			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
-		}
-		if err := errCode(rp.ErrorCode); err != nil {
-			return out, fmt.Errorf("fetch %s/%d at %d from broker %d: %w", topic, partition, offset, broker, err)
-		}
-		before := offset
+	err := c.fetchEach(ctx, broker, topic, topicID, partition, from, func(rp *kmsg.FetchResponseTopicPartition, offset int64) (int64, error) {
 		for data := rp.RecordBatches; len(data) >= 12; {
 			n := int(binary.BigEndian.Uint32(data[8:])) + 12
 			if n > len(data) {
@@ -168,7 +176,7 @@ func (c *Cluster) BatchHeaders(ctx context.Context, broker int32, topic string, 
 			}
 			var b kmsg.RecordBatch
 			if err := b.ReadFrom(data[:n]); err != nil {
-				return out, fmt.Errorf("batch at %d: %w", offset, err)
+				return offset, fmt.Errorf("batch at %d: %w", offset, err)
 			}
 			data = data[n:]
 			if last := b.FirstOffset + int64(b.LastOffsetDelta); last >= offset {
@@ -176,11 +184,7 @@ func (c *Cluster) BatchHeaders(ctx context.Context, broker int32, topic string, 
 				offset = last + 1
 			}
 		}
-		if offset >= rp.HighWatermark {
-			return out, nil
-		}
-		if offset == before {
-			return out, fmt.Errorf("fetch %s/%d from %d: no progress at %d below high watermark %d", topic, partition, broker, offset, rp.HighWatermark)
-		}
-	}
+		return offset, nil
+	})
+	return out, err
 }
