@@ -113,7 +113,7 @@ func TestFatalErrorsFailEverythingPending(t *testing.T) {
 			// flush) is held while more records queue behind it, then
 			// answered: partition 0 with the fatal code, the others
 			// acknowledged.
-			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+			c.Fault(produceFault(0, code))
 			release := holdProduce(c, 0)
 			defer release()
 			first := sendAsync(t, ctx, p, prec(0, "a0"), prec(1, "b0"), prec(2, "c0"))

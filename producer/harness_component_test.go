@@ -87,6 +87,36 @@ func kinds(os []producer.Outcome) string {
 	return strings.Join(b, ",")
 }
 
+// wantNoRecovery fails the test if the producer bumped its identity or
+// reported an outcome.
+func wantNoRecovery(t *testing.T, p *producer.Producer, rec *recorder) {
+	t.Helper()
+	if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
+		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
+	}
+}
+
+// wantOneEpochBump fails the test unless the producer's identity is before
+// with the epoch bumped once, and returns that identity.
+func wantOneEpochBump(t *testing.T, p *producer.Producer, before producer.ProducerID) producer.ProducerID {
+	t.Helper()
+	after := p.ProducerID()
+	if after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + 1}) || p.Bumps() != 1 {
+		t.Fatalf("identity %v → %v, %d bumps; want one epoch bump", before, after, p.Bumps())
+	}
+	return after
+}
+
+// wantNoLost lets a pending acked-write check's answer be applied, then
+// fails the test if acknowledged writes were reported lost.
+func wantNoLost(t *testing.T, rec *recorder) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	if l := rec.Lost(); len(l) != 0 {
+		t.Fatalf("acknowledged writes reported lost: %+v", l)
+	}
+}
+
 func prec(part int32, v string) *producer.Record {
 	return &producer.Record{Topic: topic, Partition: part, ExplicitPartition: true, Value: []byte(v)}
 }
@@ -301,6 +331,27 @@ func committedValues(t *testing.T, c *kfake.Cluster, want int) []string {
 	return vs
 }
 
+// wantCommitted fails the test unless read_committed sees exactly want, in
+// order.
+func wantCommitted(t *testing.T, c *kfake.Cluster, want ...string) {
+	t.Helper()
+	if got := committedValues(t, c, len(want)); !slices.Equal(got, want) {
+		t.Fatalf("read_committed sees %q", got)
+	}
+}
+
+// wantCommittedAnyOrder fails the test unless read_committed sees exactly
+// want, in any order.
+func wantCommittedAnyOrder(t *testing.T, c *kfake.Cluster, want ...string) {
+	t.Helper()
+	got := committedValues(t, c, len(want))
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		t.Fatalf("read_committed sees %q, want %q", got, want)
+	}
+}
+
 // eventually polls cond until it holds or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -425,6 +476,14 @@ func answerProduce(req *kmsg.ProduceRequest, code int16, logStart int64, parts .
 	return resp
 }
 
+// answerProduceOnce makes the cluster answer the next Produce request itself,
+// with answerProduce(code, logStart, parts...).
+func answerProduceOnce(c *kfake.Cluster, code int16, logStart int64, parts ...int32) {
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		return answerProduce(kr.(*kmsg.ProduceRequest), code, logStart, parts...), nil, true
+	})
+}
+
 // observe counts the requests of key the cluster handles.
 func observe(c *kfake.Cluster, key kmsg.Key) *kfake.FaultHandle {
 	return c.Fault(kfake.Fault{Keys: []kmsg.Key{key}, Observe: true, Count: -1})
@@ -436,8 +495,15 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// produceFault answers the next Produce of partition part with code (kfake
+// refuses the batch, or appends it first for the codes a broker may answer
+// after appending).
+func produceFault(part int32, code *kerr.Error) kfake.Fault {
+	return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{part}, Err: code}
+}
+
 // kfakeOOOSN refuses the next Produce of partition part with
 // OUT_OF_ORDER_SEQUENCE_NUMBER.
 func kfakeOOOSN(part int32) kfake.Fault {
-	return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{part}, Err: kerr.OutOfOrderSequenceNumber}
+	return produceFault(part, kerr.OutOfOrderSequenceNumber)
 }

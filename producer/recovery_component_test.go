@@ -34,13 +34,10 @@ func TestOutOfOrderOnHeadBatchBumpsOnce(t *testing.T) {
 	before := p.ProducerID()
 	checks := observe(c, kmsg.OffsetForLeaderEpoch)
 
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	c.Fault(kfakeOOOSN(0))
 	res := sendAll(t, ctx, p, prec(0, "v2"))
 	mustOK(t, res)
-	after := p.ProducerID()
-	if after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + 1}) || p.Bumps() != 1 {
-		t.Fatalf("identity %v → %v, %d bumps; want one epoch bump", before, after, p.Bumps())
-	}
+	after := wantOneEpochBump(t, p, before)
 	rs, ok := res[0].Recovery.(producer.ResequencedNoLoss)
 	if !ok || rs.From != (producer.BatchIdentity{Producer: before, BaseSequence: 2}) || rs.To != (producer.BatchIdentity{Producer: after, BaseSequence: 0}) {
 		t.Fatalf("recovery %#v; want ResequencedNoLoss %v#2 → %v#0", res[0].Recovery, before, after)
@@ -57,10 +54,7 @@ func TestOutOfOrderOnHeadBatchBumpsOnce(t *testing.T) {
 		t.Fatalf("gap %+v", g)
 	}
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
-	time.Sleep(50 * time.Millisecond) // let the check's answer be applied
-	if l := rec.Lost(); len(l) != 0 {
-		t.Fatalf("acknowledged writes reported lost: %+v", l)
-	}
+	wantNoLost(t, rec)
 	log := wantLog(t, c, 0, vals("v", 0, 4))
 	for i, r := range log {
 		want := before
@@ -83,7 +77,7 @@ func TestOutOfOrderWithNothingAckedIsPossibleGap(t *testing.T) {
 	c := newCluster(t, 1)
 	p, rec := newRecorded(t, c)
 	ctx := testCtx(t, 10*time.Second)
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	c.Fault(kfakeOOOSN(0))
 	res := sendAll(t, ctx, p, prec(0, "v0"))
 	mustOK(t, res)
 	if p.Bumps() != 1 || p.ProducerID().Epoch != 1 {
@@ -174,17 +168,13 @@ func TestUnknownProducerIDAfterRetentionNoLoss(t *testing.T) {
 	mustOK(t, sendAll(t, ctx, p, precs(0, "v", 0, 2)...))
 	before := p.ProducerID()
 	checks := observe(c, kmsg.OffsetForLeaderEpoch)
-	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		return answerProduce(kr.(*kmsg.ProduceRequest), kerr.UnknownProducerID.Code, 5, 0), nil, true
-	})
+	answerProduceOnce(c, kerr.UnknownProducerID.Code, 5, 0)
 	res := sendAll(t, ctx, p, prec(0, "v2"))
 	mustOK(t, res)
 	if _, ok := res[0].Recovery.(producer.ResequencedNoLoss); !ok {
 		t.Fatalf("recovery %#v", res[0].Recovery)
 	}
-	if after := p.ProducerID(); after.Epoch != before.Epoch+1 || after.ID != before.ID || p.Bumps() != 1 {
-		t.Fatalf("identity %v → %v, %d bumps", before, after, p.Bumps())
-	}
+	wantOneEpochBump(t, p, before)
 	time.Sleep(100 * time.Millisecond)
 	if k := kinds(rec.Outcomes()); k != "ResequencedNoLoss" {
 		t.Fatalf("outcomes %s; want ResequencedNoLoss only", k)
@@ -204,9 +194,7 @@ func TestUnknownProducerIDUnknownLogStartChecksLedger(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	mustOK(t, sendAll(t, ctx, p, precs(0, "v", 0, 3)...))
 	checks := observe(c, kmsg.OffsetForLeaderEpoch)
-	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		return answerProduce(kr.(*kmsg.ProduceRequest), kerr.UnknownProducerID.Code, -1, 0), nil, true
-	})
+	answerProduceOnce(c, kerr.UnknownProducerID.Code, -1, 0)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
 	if err := checks.Wait(ctx, 1); err != nil {
 		t.Fatal("no acked-write check")
@@ -218,10 +206,7 @@ func TestUnknownProducerIDUnknownLogStartChecksLedger(t *testing.T) {
 	if g := os[0].(producer.PossibleGap); g.LastAckedOffset != 2 || g.LastAckedSequence != 2 || g.LogStartOffset != -1 {
 		t.Fatalf("gap %+v", g)
 	}
-	time.Sleep(50 * time.Millisecond)
-	if l := rec.Lost(); len(l) != 0 {
-		t.Fatalf("lost %+v", l)
-	}
+	wantNoLost(t, rec)
 	if p.Bumps() != 1 {
 		t.Fatalf("%d bumps", p.Bumps())
 	}
@@ -244,7 +229,7 @@ func TestProvenGapReportsLostRange(t *testing.T) {
 	var truncated atomic.Bool
 	truncated.Store(true)
 	truncateLeader(c, &truncated, nil, 1, func(int32) int32 { return 0 })
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	c.Fault(kfakeOOOSN(0))
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
 	eventually(t, 3*time.Second, "no lost-write report", func() bool { return len(rec.Lost()) > 0 })
 	time.Sleep(50 * time.Millisecond)
@@ -269,7 +254,7 @@ func TestInvalidEpochTakesNewProducerID(t *testing.T) {
 			ctx := testCtx(t, 10*time.Second)
 			mustOK(t, sendAll(t, ctx, p, precs(0, "v", 0, 2)...))
 			before := p.ProducerID()
-			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+			c.Fault(produceFault(0, code))
 			res := sendAll(t, ctx, p, precs(0, "v", 2, 4)...)
 			mustOK(t, res)
 			after := p.ProducerID()
@@ -301,7 +286,7 @@ func TestAppendedThenErrorIsDeduplicated(t *testing.T) {
 			p, rec := newRecorded(t, c)
 			ctx := testCtx(t, 10*time.Second)
 			mustOK(t, sendAll(t, ctx, p, prec(0, "v0")))
-			f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+			f := c.Fault(produceFault(0, code))
 			// Hold every request after the faulted one, to see that the
 			// faulted one was appended although answered with an error.
 			release := holdProduce(c, 1)
@@ -322,9 +307,7 @@ func TestAppendedThenErrorIsDeduplicated(t *testing.T) {
 			if res[0].Offset != 1 || res[1].Offset != 2 || res[0].Recovery != nil {
 				t.Fatalf("reports %+v", res)
 			}
-			if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
-				t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
-			}
+			wantNoRecovery(t, p, rec)
 			wantLog(t, c, 0, vals("v", 0, 3))
 		})
 	}
@@ -339,7 +322,7 @@ func TestDuplicateSequenceAcksWithoutOffset(t *testing.T) {
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v0")))
 	// The first attempt is appended but answered REQUEST_TIMED_OUT; the
 	// resend is answered DUPLICATE_SEQUENCE_NUMBER.
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.RequestTimedOut})
+	c.Fault(produceFault(0, kerr.RequestTimedOut))
 	var n atomic.Int32
 	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -352,9 +335,7 @@ func TestDuplicateSequenceAcksWithoutOffset(t *testing.T) {
 	if res[0].Err != nil || res[0].Offset != -1 {
 		t.Fatalf("report %+v; want acknowledged, offset -1", res[0])
 	}
-	if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
-		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
-	}
+	wantNoRecovery(t, p, rec)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v2")))
 	wantLog(t, c, 0, vals("v", 0, 3))
 }
@@ -390,9 +371,7 @@ func TestNoResponseResendIsDeduplicated(t *testing.T) {
 	if res[0].Offset != 1 || res[0].Recovery != nil {
 		t.Fatalf("report %+v", res[0])
 	}
-	if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
-		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
-	}
+	wantNoRecovery(t, p, rec)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
 	wantLog(t, c, 0, vals("v", 0, 4))
 }
@@ -427,9 +406,7 @@ func TestRetriableErrorsResendUnchanged(t *testing.T) {
 			want = append(want, string(r.Value))
 		}
 	}
-	if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
-		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
-	}
+	wantNoRecovery(t, p, rec)
 	wantLog(t, c, 0, want)
 }
 
@@ -448,7 +425,7 @@ func TestRefusedBatchFailsWithoutBump(t *testing.T) {
 	mustOK(t, sendAll(t, ctx, p, prec(0, "ok")))
 	want := []string{"ok"}
 	for i, code := range codes {
-		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+		c.Fault(produceFault(0, code))
 		res := sendAll(t, ctx, p, prec(0, fmt.Sprintf("bad%d", i)))
 		var pe *errors.PartitionError
 		if !errors.Is(res[0].Err, code) || !errors.As(res[0].Err, &pe) || pe.Partition != 0 || errors.Is(res[0].Err, errors.ErrUnknownOutcome) {
@@ -574,9 +551,7 @@ func TestRandomFaultsKeepOrder(t *testing.T) {
 	rs := precs(0, "v", 0, 2000)
 	res := sendAll(t, ctx, p, rs...)
 	mustOK(t, res)
-	if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
-		t.Fatalf("%d bumps, outcomes %s", p.Bumps(), kinds(rec.Outcomes()))
-	}
+	wantNoRecovery(t, p, rec)
 	log := wantLog(t, c, 0, vals("v", 0, 2000))
 	for i, r := range res {
 		if r.Offset != log[i].Offset {
@@ -598,14 +573,11 @@ func TestMaybeWrittenRewriteIsPossibleDuplicate(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v0")))
 	before := p.ProducerID()
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.RequestTimedOut})
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	c.Fault(produceFault(0, kerr.RequestTimedOut))
+	c.Fault(kfakeOOOSN(0))
 	res := sendAll(t, ctx, p, prec(0, "v1"))
 	mustOK(t, res)
-	after := p.ProducerID()
-	if after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + 1}) || p.Bumps() != 1 {
-		t.Fatalf("identity %v → %v, %d bumps", before, after, p.Bumps())
-	}
+	after := wantOneEpochBump(t, p, before)
 	pd, ok := res[0].Recovery.(producer.PossibleDuplicate)
 	if !ok || pd.From != (producer.BatchIdentity{Producer: before, BaseSequence: 1}) || pd.To != (producer.BatchIdentity{Producer: after, BaseSequence: 0}) || pd.Records != 1 {
 		t.Fatalf("recovery %#v; want PossibleDuplicate %v#1 → %v#0", res[0].Recovery, before, after)
@@ -658,10 +630,7 @@ func TestLeaderChangeChecksAckedWrites(t *testing.T) {
 				return
 			}
 			mustOK(t, sendAll(t, ctx, p, prec(0, "v5")))
-			time.Sleep(50 * time.Millisecond)
-			if l := rec.Lost(); len(l) != 0 {
-				t.Fatalf("lost %+v", l)
-			}
+			wantNoLost(t, rec)
 			if p.Bumps() != 0 || len(rec.Outcomes()) != 0 {
 				t.Fatalf("%d bumps, outcomes %s after a clean leader change", p.Bumps(), kinds(rec.Outcomes()))
 			}
@@ -698,9 +667,7 @@ func TestEpochExhaustionTakesNewProducerID(t *testing.T) {
 	// (no loss), twice: the first bump reaches 32767, the second needs a
 	// new producer ID.
 	for i, want := range []int16{math.MaxInt16, 0} {
-		c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-			return answerProduce(kr.(*kmsg.ProduceRequest), kerr.UnknownProducerID.Code, 100, 0), nil, true
-		})
+		answerProduceOnce(c, kerr.UnknownProducerID.Code, 100, 0)
 		res := sendAll(t, ctx, p, prec(0, fmt.Sprintf("v%d", 2+i)))
 		mustOK(t, res)
 		id := p.ProducerID()

@@ -61,7 +61,7 @@ func TestTxnProduceAbortable(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustOK(t, sendAll(t, ctx, p, prec(1, "b-ok")))
-			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code})
+			c.Fault(produceFault(0, code))
 			pr := sendAsync(t, ctx, p, prec(0, "b0"), prec(0, "b1"), prec(1, "b2"))
 			err := p.CommitTransaction(ctx)
 			if !errors.Is(err, producer.ErrAbortRequired) || !errors.Is(err, code) {
@@ -86,11 +86,7 @@ func TestTxnProduceAbortable(t *testing.T) {
 				t.Fatalf("identity %v → %v; want a bumped epoch", before, after)
 			}
 			commitTxn(t, ctx, p, prec(0, "c0"), prec(1, "c1"))
-			got := committedValues(t, c, 4)
-			slices.Sort(got)
-			if want := []string{"a0", "a1", "c0", "c1"}; !slices.Equal(got, want) {
-				t.Fatalf("read_committed sees %q, want %q", got, want)
-			}
+			wantCommittedAnyOrder(t, c, "a0", "a1", "c0", "c1")
 			if code == kerr.OutOfOrderSequenceNumber || code == kerr.UnknownProducerID {
 				if k := kinds(rec.Outcomes()); len(k) == 0 || k[:len("ProvenGap")] != "ProvenGap" && k[:len("PossibleGap")] != "PossibleGap" {
 					t.Fatalf("outcomes %s: the gap was not reported", k)
@@ -113,7 +109,7 @@ func TestTxnAbortableFailsBufferedRecords(t *testing.T) {
 	// Partition 0's batch is held on the wire, then refused: the
 	// transaction must abort. Meanwhile partition 1 cannot join the
 	// transaction: its record stays buffered.
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.TransactionAbortable})
+	c.Fault(produceFault(0, kerr.TransactionAbortable))
 	release := holdProduce(c, 0)
 	defer release()
 	refused := sendAsync(t, ctx, p, prec(0, "x"))
@@ -140,9 +136,7 @@ func TestTxnAbortableFailsBufferedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitTxn(t, ctx, p, prec(1, "y"))
-	if got := committedValues(t, c, 1); !slices.Equal(got, []string{"y"}) {
-		t.Fatalf("read_committed sees %q", got)
-	}
+	wantCommitted(t, c, "y")
 }
 
 // CONCURRENT_TRANSACTIONS (and COORDINATOR_LOAD_IN_PROGRESS) on EndTxn:
@@ -158,9 +152,7 @@ func TestTxnEndTxnRetried(t *testing.T) {
 		t.Fatalf("EndTxn faulted %d times", f.Hits())
 	}
 	commitTxn(t, ctx, p, prec(0, "c"))
-	if got := committedValues(t, c, 3); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Fatalf("read_committed sees %q", got)
-	}
+	wantCommitted(t, c, "a", "b", "c")
 }
 
 // CONCURRENT_TRANSACTIONS on AddPartitionsToTxn and InitProducerId is
@@ -175,9 +167,7 @@ func TestTxnAddPartitionsAndInitRetried(t *testing.T) {
 	if f.Hits() != 4 {
 		t.Fatalf("faults hit %d times", f.Hits())
 	}
-	if got := committedValues(t, c, 1); !slices.Equal(got, []string{"a"}) {
-		t.Fatalf("read_committed sees %q", got)
-	}
+	wantCommitted(t, c, "a")
 }
 
 // A second producer with the same transactional ID fences the first: the
@@ -220,11 +210,7 @@ func TestTxnFencedBySecondProducer(t *testing.T) {
 		t.Fatalf("Produce after fencing: %v", err)
 	}
 	commitTxn(t, ctx, p2, prec(0, "p2-a"), prec(1, "p2-b"))
-	got := committedValues(t, c, 3)
-	slices.Sort(got)
-	if want := []string{"p1-a", "p2-a", "p2-b"}; !slices.Equal(got, want) {
-		t.Fatalf("read_committed sees %q, want %q", got, want)
-	}
+	wantCommittedAnyOrder(t, c, "p1-a", "p2-a", "p2-b")
 }
 
 // Many transactions in a row, alternating commit and abort, over several
@@ -327,9 +313,7 @@ func TestTxnSendOffsetsErrors(t *testing.T) {
 	if err := p.CommitTransaction(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := committedValues(t, c, 2); !slices.Equal(got, []string{"a", "c"}) {
-		t.Fatalf("read_committed sees %q", got)
-	}
+	wantCommitted(t, c, "a", "c")
 
 	// Fenced: fatal.
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, TxnID: "txn-offsets-errors", Err: kerr.ProducerFenced})
