@@ -182,14 +182,11 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	byTopic := map[string]int{}
 	for _, tp := range pl.send {
 		w := want[tp]
-		i, ok := byTopic[tp.Topic]
-		if !ok {
+		i := topicSlot(byTopic, &req.Topics, tp.Topic, func() kmsg.FetchRequestTopic {
 			t := kmsg.NewFetchRequestTopic()
 			t.Topic, t.TopicID = tp.Topic, w.topicID
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			byTopic[tp.Topic] = i
-		}
+			return t
+		})
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition = tp.Partition
 		rp.FetchOffset = w.offset
@@ -201,14 +198,11 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	forgot := map[string]int{}
 	for _, tp := range pl.forget {
 		prev := f.session.sent[tp]
-		i, ok := forgot[tp.Topic]
-		if !ok {
+		i := topicSlot(forgot, &req.ForgottenTopics, tp.Topic, func() kmsg.FetchRequestForgottenTopic {
 			ft := kmsg.NewFetchRequestForgottenTopic()
 			ft.Topic, ft.TopicID = tp.Topic, prev.topicID
-			req.ForgottenTopics = append(req.ForgottenTopics, ft)
-			i = len(req.ForgottenTopics) - 1
-			forgot[tp.Topic] = i
-		}
+			return ft
+		})
 		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.Partition)
 	}
 	return req, parts, pl, want

@@ -389,17 +389,14 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	idx := map[string]int{}
 	for _, tp := range sortedKeys(offsets) {
 		om := offsets[tp]
-		i, ok := idx[tp.Topic]
-		if !ok {
+		i := topicSlot(idx, &req.Topics, tp.Topic, func() kmsg.OffsetCommitRequestTopic {
 			// Both the name (v0-v9) and the topic ID (v10+): kgo picks
 			// the version the coordinator supports.
 			t := kmsg.NewOffsetCommitRequestTopic()
 			t.Topic, t.TopicID = tp.Topic, ids[tp.Topic]
 			names[t.TopicID] = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			idx[tp.Topic] = i
-		}
+			return t
+		})
 		p := kmsg.NewOffsetCommitRequestTopicPartition()
 		p.Partition = tp.Partition
 		p.Offset = om.Offset
@@ -509,15 +506,12 @@ func (g *group) fetchCommitted(ctx context.Context, tps []TopicPartition) (map[T
 	rg.Group = g.cfg.id
 	idx := map[string]int{}
 	for _, tp := range sortedKeys(offs) {
-		i, ok := idx[tp.Topic]
-		if !ok {
+		i := topicSlot(idx, &rg.Topics, tp.Topic, func() kmsg.OffsetFetchRequestGroupTopic {
 			t := kmsg.NewOffsetFetchRequestGroupTopic()
 			t.Topic, t.TopicID = tp.Topic, ids[tp.Topic]
 			names[t.TopicID] = tp.Topic
-			rg.Topics = append(rg.Topics, t)
-			i = len(rg.Topics) - 1
-			idx[tp.Topic] = i
-		}
+			return t
+		})
 		rg.Topics[i].Partitions = append(rg.Topics[i].Partitions, tp.Partition)
 	}
 	req := kmsg.NewPtrOffsetFetchRequest()
