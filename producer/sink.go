@@ -297,43 +297,17 @@ func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
 	if len(batches) == 0 {
 		return nil
 	}
-	var failed []int
-	var errs []error
-	for i := range batches {
-		if err := s.encode(&batches[i]); err != nil {
-			failed = append(failed, i)
-			errs = append(errs, err)
+	kept := batches[:0]
+	for _, x := range batches {
+		if err := s.encode(&x); err != nil {
+			s.failUnsent(x, err)
+			continue
 		}
+		kept = append(kept, x)
 	}
-	if len(failed) > 0 {
-		p.mu.Lock()
-		for j, i := range failed {
-			x, err := batches[i], errs[j]
-			if p.seq == nil {
-				x.ps.inflight = nil
-				p.finishLocked(x.b, err, -1, nil)
-				continue
-			}
-			// Never written: give its sequences back, then fail it.
-			p.applyLocked(p.seq.Complete(x.ref, ProduceResult{Delivery: NotSent}))
-			d := p.seq.Abandon(x.ref, err)
-			p.applyLocked(d)
-			if p.txn != nil {
-				p.txnStepLocked(p.txn.HandleProduce(d))
-			}
-		}
-		p.wakeSinksLocked()
-		p.mu.Unlock()
-		kept := batches[:0]
-		for i, x := range batches {
-			if !slices.Contains(failed, i) {
-				kept = append(kept, x)
-			}
-		}
-		batches = kept
-		if len(batches) == 0 {
-			return nil
-		}
+	batches = kept
+	if len(batches) == 0 {
+		return nil
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = int16(p.cfg.acks)
@@ -357,6 +331,26 @@ func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
 	return req
+}
+
+// failUnsent fails a picked batch that could not be encoded: it was never
+// written, so its sequences are given back first.
+func (s *sink) failUnsent(x sent, err error) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seq == nil {
+		x.ps.inflight = nil
+		p.finishLocked(x.b, err, -1, nil)
+	} else {
+		p.applyLocked(p.seq.Complete(x.ref, ProduceResult{Delivery: NotSent}))
+		d := p.seq.Abandon(x.ref, err)
+		p.applyLocked(d)
+		if p.txn != nil {
+			p.txnStepLocked(p.txn.HandleProduce(d))
+		}
+	}
+	p.wakeSinksLocked()
 }
 
 // encode writes x's batch with x's identity: once, then restamped only if
@@ -384,15 +378,18 @@ func (s *sink) encode(x *sent) error {
 		s.builder = recbatch.NewBuilder(p.comp)
 	}
 	s.builder.Reset(spec)
+	fail := func(err error) error {
+		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
+	}
 	for i := range b.recs {
 		r := b.recs[i].rec
 		if err := s.builder.Append(r.Timestamp.UnixMilli(), r.Key, r.Value, toBatchHeaders(r.Headers)); err != nil {
-			return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
+			return fail(err)
 		}
 	}
 	enc, err := s.builder.AppendFinished(getBuf(s.builder.Size() + recbatch.HeaderSize))
 	if err != nil {
-		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
+		return fail(err)
 	}
 	b.encoded, b.stamped = enc, x.id
 	return nil
