@@ -172,3 +172,53 @@ func TestFatalInitProducerID(t *testing.T) {
 		t.Fatalf("Produce: %v", err)
 	}
 }
+
+// A batch that cannot be encoded (its records' timestamps are too far apart
+// for a batch's delta) fails alone and is reported once; the batch of
+// another partition picked for the same request is sent and acknowledged
+// once.
+func TestUnencodableBatchFailsAlone(t *testing.T) {
+	c := newCluster(t, 6)
+	a, b := int32(-1), int32(-1)
+	for x := int32(0); x < 6 && b < 0; x++ {
+		for y := x + 1; y < 6; y++ {
+			if c.LeaderFor(topic, x) == c.LeaderFor(topic, y) {
+				a, b = x, y
+				break
+			}
+		}
+	}
+	if b < 0 {
+		t.Fatal("no two partitions share a leader")
+	}
+	for _, okFirst := range []bool{false, true} {
+		p := newProducer(t, c, producer.Linger(50*time.Millisecond))
+		ctx := testCtx(t, 10*time.Second)
+		far := []*producer.Record{
+			{Topic: topic, Partition: a, ExplicitPartition: true, Value: []byte("past"), Timestamp: time.UnixMilli(-5e18)},
+			{Topic: topic, Partition: a, ExplicitPartition: true, Value: []byte("future"), Timestamp: time.UnixMilli(5e18)},
+		}
+		ok := &producer.Record{Topic: topic, Partition: b, ExplicitPartition: true, Value: []byte("ok"), Timestamp: time.Now()}
+		// The unencodable batch first in one round, last in the other.
+		rs := append(far, ok)
+		if okFirst {
+			rs = []*producer.Record{ok, far[0], far[1]}
+		}
+		res := sendAsync(t, ctx, p, rs...).wait(5 * time.Second)
+		for _, r := range res {
+			switch string(r.Record.Value) {
+			case "ok":
+				if r.Err != nil {
+					t.Fatalf("the encodable batch failed: %v", r.Err)
+				}
+			default:
+				if r.Err == nil {
+					t.Fatalf("record %s with an unencodable timestamp was acknowledged", r.Record.Value)
+				}
+				t.Logf("%s: %v", r.Record.Value, r.Err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // a second report would come now
+	}
+	wantLog(t, c, b, []string{"ok", "ok"})
+}

@@ -190,7 +190,7 @@ func (s *sink) step() {
 	for len(s.inflight) < maxRequests {
 		s.busy.Store(len(s.inflight) > 0)
 		batches, next := s.build(time.Now(), len(s.inflight) == 0)
-		req := s.prepare(batches)
+		batches, req := s.prepare(batches)
 		if req == nil {
 			if !next.IsZero() {
 				s.timer.Reset(time.Until(next))
@@ -291,11 +291,12 @@ const quietPeriod = time.Millisecond
 // prepare encodes the picked batches (a batch is encoded once, outside the
 // producer's lock, with the identity it is first sent under; a resend
 // under another identity is restamped) and returns their Produce request.
-// A batch that cannot be encoded fails alone: it was never sent.
-func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
+// A batch that cannot be encoded fails alone (it was never sent) and is left
+// out of the batches returned, which are the request's.
+func (s *sink) prepare(batches []sent) ([]sent, *kmsg.ProduceRequest) {
 	p := s.p
 	if len(batches) == 0 {
-		return nil
+		return nil, nil
 	}
 	kept := batches[:0]
 	for _, x := range batches {
@@ -307,7 +308,7 @@ func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
 	}
 	batches = kept
 	if len(batches) == 0 {
-		return nil
+		return nil, nil
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = int16(p.cfg.acks)
@@ -330,7 +331,7 @@ func (s *sink) prepare(batches []sent) *kmsg.ProduceRequest {
 		rp.Records = x.b.encoded
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
-	return req
+	return batches, req
 }
 
 // failUnsent fails a picked batch that could not be encoded: it was never
