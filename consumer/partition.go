@@ -251,22 +251,14 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		ReadCommitted: c.cfg.readCommitted,
 		Decompressor:  c.dec,
 		Parallel:      c.cfg.decodeParallel,
+		// Keys and values alias the answer (uncompressed batches) or
+		// their batch's own decompressed bytes, which nothing reuses:
+		// the records keep them without a copy.
+		OwnPayload: true,
 	})
 	for it.Next() {
 		bt := it.Batch()
 		h := &bt.Header
-		// Keys and values of an uncompressed batch alias the answer,
-		// which nothing reuses; those of a compressed one alias the
-		// iterator's decompression buffer, reused by the next batch:
-		// they are copied out, into one allocation per batch.
-		var arena []byte
-		if h.Attributes.Codec() != compress.None && len(bt.Records) > 0 {
-			k := 0
-			for i := range bt.Records {
-				k += len(bt.Records[i].Key) + len(bt.Records[i].Value)
-			}
-			arena = make([]byte, 0, k)
-		}
 		sp := span{from: len(d.records), batch: DeliveredBatch{Base: h.BaseOffset, Last: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
 			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
 			Transactional: h.Attributes.Transactional(), CRC: h.CRC, Records: h.NumRecords}}
@@ -276,10 +268,6 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 			d.records = d.records[:len(d.records)+1]
 			rec := &d.records[len(d.records)-1]
 			record(rec, tp, h, r)
-			if arena != nil {
-				rec.Key, arena = retain(arena, r.Key)
-				rec.Value, arena = retain(arena, r.Value)
-			}
 		}
 		sp.to = len(d.records)
 		d.spans = append(d.spans, sp)
@@ -402,17 +390,6 @@ func record(rec *Record, tp TopicPartition, h *batch.Header, r *batch.Record) {
 			}
 		}
 	}
-}
-
-// retain copies b to the end of arena (which has room for it) and returns
-// the copy, nil for nil.
-func retain(arena, b []byte) ([]byte, []byte) {
-	if b == nil {
-		return nil, arena
-	}
-	n := len(arena)
-	arena = append(arena, b...)
-	return arena[n:len(arena):len(arena)], arena
 }
 
 // decompressor returns the consumer's decompressor, bounded by the

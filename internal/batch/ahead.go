@@ -29,9 +29,9 @@ type aheadJob struct {
 // it was decompressed ahead, or, when Options.Parallel allows and the
 // window ahead is worth it, decompresses that batch and the next ones
 // concurrently first. ok is false when the caller must decompress the
-// batch itself. owned says the output is the batch's alone (Retain: it
-// was decompressed into a fresh buffer, which is not reused).
-func (it *Iterator) takeAhead() (out []byte, owned, ok bool, err error) {
+// batch itself. Under ownPayload the output is the batch's alone (it was
+// decompressed into a fresh buffer, which is not reused).
+func (it *Iterator) takeAhead() (out []byte, ok bool, err error) {
 	// Batches of the window that decode passed over without decompressing
 	// (an aborted transaction's) are skipped.
 	for it.next < len(it.ahead) && it.ahead[it.next].pos < it.pos {
@@ -41,7 +41,7 @@ func (it *Iterator) takeAhead() (out []byte, owned, ok bool, err error) {
 	if it.next == len(it.ahead) || it.ahead[it.next].pos != it.pos {
 		it.dropAhead()
 		if it.o.Parallel <= 1 || it.pos < it.inlineTo || !it.decompressAhead() {
-			return nil, false, false, nil
+			return nil, false, nil
 		}
 	}
 	a := &it.ahead[it.next]
@@ -51,13 +51,13 @@ func (it *Iterator) takeAhead() (out []byte, owned, ok bool, err error) {
 	// which are only drawn from by the next window, after the caller's
 	// next Next.
 	it.recycle(a)
-	return out, it.o.Retain, true, err
+	return out, true, err
 }
 
-// recycle keeps a's buffer for a later window (unless Retain gave it to
-// its batch for good) and clears a.
+// recycle keeps a's buffer for a later window (unless ownPayload gave it
+// to its batch for good) and clears a.
 func (it *Iterator) recycle(a *aheadBatch) {
-	if !it.o.Retain && cap(a.out) > 0 {
+	if !it.ownPayload() && cap(a.out) > 0 {
 		it.spare = append(it.spare, a.out[:0])
 	}
 	*a = aheadBatch{}
@@ -120,7 +120,7 @@ func (it *Iterator) decompressAhead() bool {
 	}
 	for _, j := range win {
 		a := aheadBatch{pos: j.pos}
-		if !it.o.Retain && len(it.spare) > 0 {
+		if !it.ownPayload() && len(it.spare) > 0 {
 			a.out = it.spare[len(it.spare)-1]
 			it.spare = it.spare[:len(it.spare)-1]
 		}

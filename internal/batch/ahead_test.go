@@ -244,3 +244,60 @@ func TestParallelReuseAcrossResets(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnPayloadKeepsKeysAndValues: with OwnPayload the keys and values of
+// every compressed batch stay intact after later batches are decoded, for
+// each codec, in line and decompressed ahead, while Records is still the
+// reused slab; a payload is kept in a buffer close to its size.
+func TestOwnPayloadKeepsKeysAndValues(t *testing.T) {
+	lowParallelMin(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, codec := range compress.Codecs {
+		if codec == compress.None {
+			continue
+		}
+		var fetch []byte
+		var want []Record
+		for i := int64(0); i < 12; i++ {
+			recs := genRecords(rng, i*10, 10, 300)
+			want = append(want, recs...)
+			fetch = append(fetch, buildBatch(t, specAt(i*10, codec), recs)...)
+		}
+		for _, par := range []int{0, 3} {
+			var it Iterator
+			var kept []Record
+			var slab *Record
+			it.Reset(fetch, Options{Parallel: par, OwnPayload: true})
+			for it.Next() {
+				recs := it.Batch().Records
+				if slab != nil && &recs[0] != slab {
+					t.Fatalf("%s parallel %d: Records is not the reused slab", codec, par)
+				}
+				slab = &recs[0]
+				for _, r := range recs {
+					if cap(r.Value) > 0 {
+						// The whole payload, however it was
+						// grown, is at most an eighth and 4 KiB
+						// larger than it needs to be.
+						if full := r.Value[:cap(r.Value)]; len(full) > 10*(300+64)+10*(300+64)/8+4096 {
+							t.Fatalf("%s parallel %d: %d bytes kept past a value", codec, par, len(full))
+						}
+					}
+				}
+				// Copies of the records, aliasing the payload.
+				kept = append(kept, recs...)
+			}
+			if it.Err() != nil || len(kept) != len(want) {
+				t.Fatalf("%s parallel %d: %v, %d records", codec, par, it.Err(), len(kept))
+			}
+			// Header slices are the reused slab's: only the
+			// offsets, keys and values are compared.
+			for i := range kept {
+				k, w := kept[i], want[i]
+				if k.Offset != w.Offset || !bytes.Equal(k.Key, w.Key) || !bytes.Equal(k.Value, w.Value) || (k.Value == nil) != (w.Value == nil) {
+					t.Fatalf("%s parallel %d: record %d is offset %d key %q value %q, want %d %q %q", codec, par, i, k.Offset, k.Key, k.Value, w.Offset, w.Key, w.Value)
+				}
+			}
+		}
+	}
+}

@@ -44,6 +44,13 @@ type Options struct {
 	// references stays valid only until the next call to Next or Reset
 	// (uncompressed keys and values alias the input in both modes).
 	Retain bool
+	// OwnPayload gives every compressed batch decompressed memory of its
+	// own, which later batches do not reuse: its keys and values stay
+	// valid after Next and Reset, so a caller that keeps them needs no
+	// copy, while Records and header slices are still reused (unless
+	// Retain, which implies it). One allocation per compressed batch, of
+	// its decompressed size.
+	OwnPayload bool
 	// Decompressor decompresses payloads; nil uses a shared one bounded
 	// at compress.DefaultMaxDecompressedSize.
 	Decompressor *compress.Decompressor
@@ -291,26 +298,38 @@ func (it *Iterator) decode(raw []byte) bool {
 	return true
 }
 
+// ownPayload says whether each compressed batch is decompressed into a
+// buffer of its own (OwnPayload or Retain) rather than a reused one.
+func (it *Iterator) ownPayload() bool { return it.o.OwnPayload || it.o.Retain }
+
 // decodeRecords decompresses and parses the h.NumRecords records of
 // payload, checking that they fill it exactly.
 func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 	n := int(h.NumRecords)
 	data := payload
 	if codec := h.Attributes.Codec(); codec != compress.None && (n > 0 || len(payload) > 0) {
-		out, owned, ok, err := it.takeAhead()
-		if !ok {
+		out, ok, err := it.takeAhead()
+		reused := false
+		switch {
+		case ok:
+		case it.ownPayload() && compress.GrowsOnce(payload, codec):
+			out, err = it.d.Decompress(nil, payload, codec)
+		default:
 			out, err = it.d.Decompress(it.buf[:0], payload, codec)
 			if err == nil {
-				it.buf = out
+				it.buf, reused = out, true
 			}
 		}
 		if err != nil {
 			return nil, it.fail(h.BaseOffset, err, "records do not decompress")
 		}
-		data = out
-		if it.o.Retain && !owned {
-			data = append([]byte(nil), out...)
+		if it.ownPayload() && (reused || cap(out)-len(out) > len(out)/8+4096) {
+			// Out of the reused buffer, or out of one grown by
+			// doubling (decompressed ahead), which is not to be kept
+			// with the batch's keys and values: an exact copy.
+			out = append([]byte(nil), out...)
 		}
+		data = out
 	}
 	if n > len(data)/minRecordSize {
 		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record count %d cannot fit in %d bytes of records", n, len(data)))

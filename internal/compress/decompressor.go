@@ -154,6 +154,21 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 	return dst, ErrUnknownCodec
 }
 
+// GrowsOnce reports whether decompressing src with codec sizes its output
+// up front (snappy always, zstd when the frame declares its content size),
+// so that Decompress into a nil buffer allocates once, about the size of
+// the output. gzip and lz4 outputs grow as they are read.
+func GrowsOnce(src []byte, codec Codec) bool {
+	switch codec {
+	case Snappy:
+		return true
+	case Zstd:
+		var zh zstd.Header
+		return zh.Decode(src) == nil && zh.HasFCS
+	}
+	return false
+}
+
 // zstdSlack is the spare capacity kept past a zstd frame's content size.
 const zstdSlack = 1024
 
