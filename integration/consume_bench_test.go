@@ -84,6 +84,17 @@ func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) str
 	return topic
 }
 
+// deleteBenchTopics deletes the topics benchTopic made.
+func deleteBenchTopics(b *testing.B, c *Cluster) {
+	benchTopics.Range(func(key, topic any) bool {
+		if err := c.DeleteTopic(context.Background(), topic.(string)); err != nil {
+			b.Error(err)
+		}
+		benchTopics.Delete(key)
+		return true
+	})
+}
+
 // BenchmarkConsume compares kepoch's consumer with franz-go's on the real
 // cluster, side by side in one run: each iteration starts a new client and
 // reads a pre-produced topic of 3 partitions (one per broker) from the start
@@ -96,15 +107,7 @@ func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) str
 //	KEPOCH_KAFKA=1 go test -run '^$' -bench BenchmarkConsume -count 6 ./integration/
 func BenchmarkConsume(b *testing.B) {
 	c := Require(b)
-	b.Cleanup(func() {
-		benchTopics.Range(func(key, topic any) bool {
-			if err := c.DeleteTopic(context.Background(), topic.(string)); err != nil {
-				b.Error(err)
-			}
-			benchTopics.Delete(key)
-			return true
-		})
-	})
+	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := 200_000

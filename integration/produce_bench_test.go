@@ -31,9 +31,9 @@ func BenchmarkProduce(b *testing.B) {
 	c := Require(b)
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := 20000
+			n := 200000
 			if size > 100 {
-				n = 5000
+				n = 50000
 			}
 			topic := TopicName(fmt.Sprintf("bench-produce-%s-%d", codec, size))
 			ctx := context.Background()
