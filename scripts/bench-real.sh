@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-real.sh [ROUNDS] [BENCH-REGEXP]: the real-cluster benchmarks, kepoch
-# and franz-go side by side, as ROUNDS separate runs (default 6) that
-# alternate which client goes first in each configuration, then benchstat.
+# and franz-go side by side, with the bound (the same work without any
+# client's overhead), as ROUNDS separate runs (default 6) that alternate
+# which client goes first in each configuration, then benchstat.
 # Needs the local cluster (make kafka-up) and a quiet machine: on 2 cores
 # the brokers and the clients share the CPU, and anything else running
 # shows up as noise.
@@ -21,7 +22,9 @@ for i in $(seq 1 "$rounds"); do
   (cd integration && KEPOCH_KAFKA=1 KEPOCH_BENCH_ORDER=$order "$bin" -test.run '^$' -test.bench "$filter" -test.count 1) >> "$out/raw.txt"
 done
 # Name the parts of a sub-benchmark so that benchstat can put the clients
-# in columns: Benchmark<X>/<codec>/<size>/<client>.
-sed -E 's#^(Benchmark[A-Za-z]+)/([a-z0-9]+)/([0-9A-Za-z]+)/([a-z-]+)-([0-9]+)#\1/codec=\2/size=\3/client=\4-\5#' "$out/raw.txt" > "$out/named.txt"
+# in columns: Benchmark<X>/<codec>/<size>/<client>; the bound benchmarks
+# (Benchmark<X>Bound/.../bound) become a column of Benchmark<X>.
+sed -E -e 's#^(Benchmark[A-Za-z]+)Bound/#\1/#' \
+  -e 's#^(Benchmark[A-Za-z]+)/([a-z0-9]+)/([0-9A-Za-z]+)/([a-z-]+)-([0-9]+)#\1/codec=\2/size=\3/client=\4-\5#' "$out/raw.txt" > "$out/named.txt"
 (cd /tmp && go run golang.org/x/perf/cmd/benchstat@latest -col /client -row .name,/codec,/size \
   -filter '.unit:(records/s OR cpu-ns/record)' "$out/named.txt")
