@@ -47,7 +47,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // exactly the yielded batches, back to back; an error is a *DecodeError of
 // a known identity; every yielded batch has a valid CRC, and flipping any
 // byte its CRC covers makes it fail with no records; re-encoding a yielded
-// batch and decoding it again gives the same header and records.
+// batch and decoding it again gives the same header and records; the
+// decoding modes (Parallel, OwnPayload) yield the same.
 func FuzzDecode(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -59,12 +60,14 @@ func FuzzDecode(f *testing.F) {
 	lowParallelMin(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecode(t, data, small)
-		// Decompressing ahead on several goroutines changes nothing
-		// that is yielded or reported.
+		// Decompressing ahead on several goroutines, or into memory of
+		// each batch's own, changes nothing that is yielded or reported.
 		for _, o := range []Options{{Decompressor: small}, {Decompressor: small, Retain: true, KeepControl: true, StartOffset: 3}} {
 			want := iterate(data, o)
 			o.Parallel = 3
 			sameSeen(t, "parallel", iterate(data, o), want)
+			o.Parallel, o.OwnPayload = 0, true
+			sameSeen(t, "own payload", iterate(data, o), want)
 		}
 		// Most mutations break the CRC; decoding a copy with the CRCs
 		// repaired lets the fuzzer reach the record parser.
