@@ -42,6 +42,7 @@ type Error struct {
 	Err       error
 }
 
+// Error describes the operation, the partition and the cause.
 func (e *Error) Error() string {
 	where := e.Topic
 	if e.Partition >= 0 {

@@ -248,10 +248,19 @@ func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch i
 // Produce writes values to the partition as one record batch (franz-go's
 // idempotent producer, acks=all: a plain oracle, not kepoch's producer)
 // and returns the offset of each. Every call writes one batch, so the
-// batch boundaries an UncleanElection cuts at are the calls' boundaries.
+// batch boundaries an UncleanElection cuts at are the calls' boundaries;
+// a call takes at most 10000 values of at most 1 MB in all (larger would
+// be split into several batches).
 func (c *Cluster) Produce(ctx context.Context, topic string, partition int32, values ...string) ([]int64, error) {
 	if len(values) == 0 {
 		return nil, nil
+	}
+	size := 0
+	for _, v := range values {
+		size += len(v)
+	}
+	if len(values) > 10000 || size > 1<<20-64<<10 {
+		return nil, opErr("produce", topic, partition, fmt.Errorf("%w: %d values, %d bytes: more than one batch holds", ErrInvalidArgument, len(values), size))
 	}
 	if err := c.alive(); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ type Range struct{ From, To int64 }
 // Len is the number of offsets in the range.
 func (r Range) Len() int64 { return r.To - r.From }
 
+// String formats the range as [From,To).
 func (r Range) String() string { return fmt.Sprintf("[%d,%d)", r.From, r.To) }
 
 // Election is a leader change: who led before and after, in which epochs.
