@@ -4,7 +4,11 @@
 #  - errors/ imports no other kepoch package;
 #  - metadata/ and seek/ never import consumer/ or producer/;
 #  - consumer/ and producer/ never import each other;
-#  - kfake and kadm only in cmd/kepoch, integration/ and _test.go files.
+#  - kfake and kadm only in cmd/kepoch, integration/, kepochtest/ and _test.go
+#    files (kepochtest is a test-support package: applications import it from
+#    their own _test.go files, so kfake stays out of their production builds);
+#  - no library package imports kepochtest (test support never becomes a
+#    dependency of the clients).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -21,6 +25,7 @@ deny consumer '^github.com/kepoch/kepoch/producer' "consumer and producer are si
 deny producer '^github.com/kepoch/kepoch/consumer' "consumer and producer are siblings"
 for p in errors seek metadata consumer producer $(cd internal && ls -d */ 2>/dev/null | sed 's|/$||;s|^|internal/|'); do
   deny "$p" 'franz-go/pkg/(kfake|kadm)' "test-only dependencies"
+  deny "$p" '^github.com/kepoch/kepoch/kepochtest' "kepochtest is test support"
 done
 if git grep -nE 'time\.Now\(|go func|^\s*go [a-zA-Z]' -- 'seek/*.go' ':!seek/*_test.go' >/dev/null 2>&1; then
   echo "import rule: seek/ reads the clock or starts goroutines:"; git grep -nE 'time\.Now\(|go func|^\s*go [a-zA-Z]' -- 'seek/*.go' ':!seek/*_test.go'; fail=1
