@@ -213,13 +213,13 @@ func (c *Consumer) Assign(as ...Assignment) error {
 
 func validStart(s Start) error {
 	switch s.Kind {
-	case seek.StartAt, seek.StartNearest:
+	case seek.StartAt, seek.StartNearest, seek.StartHistory:
 		if s.Offset < 0 {
 			return fmt.Errorf("negative start offset %d", s.Offset)
 		}
 	case seek.StartEarliest, seek.StartLatest, seek.StartTimestamp:
 	default:
-		return fmt.Errorf("no start position (use At, AtEpoch, NearestTo, Earliest, Latest or AtTimestamp)")
+		return fmt.Errorf("no start position (use At, AtEpoch, AtHistory, NearestTo, Earliest, Latest or AtTimestamp)")
 	}
 	return nil
 }
@@ -359,6 +359,30 @@ func (c *Consumer) Position(topic string, partition int32) (pos Position, ok boo
 		return Position{}, false
 	}
 	return p.m.Position()
+}
+
+// EpochHistory returns a copy of the partition's epoch history: the leader
+// epochs of the record batches Poll delivered, as (epoch, first offset)
+// entries, up to the position (its End). An application that stores its
+// positions outside Kafka stores this next to the offset, atomically with
+// its output (MarshalBinary), and restarts with AtHistory(offset, history):
+// the epoch of the record before the offset is taken from the history and
+// the position validated against the leader, even if the application
+// stored only the offset of the last record it processed. Taken between
+// Polls, from the goroutine that polls, its End is the partition's position.
+//
+// The history is cut at the divergence point of every truncation reported
+// (and emptied by any other break), restarts when the position jumps
+// forward, and keeps the newest EpochHistorySize epochs. ok is false when
+// the partition is not assigned.
+func (c *Consumer) EpochHistory(topic string, partition int32) (h *EpochHistory, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[TopicPartition{topic, partition}]
+	if p == nil {
+		return nil, false
+	}
+	return p.epochs.Clone(), true
 }
 
 // State returns the partition's fetch state (for diagnostics).

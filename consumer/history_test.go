@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"testing"
+
+	"github.com/kepoch/kepoch/seek"
 )
 
 func batchAt(base, last int64) DeliveredBatch {
@@ -52,5 +54,40 @@ func TestDeliveryHistory(t *testing.T) {
 	fresh.remember(batchAt(0, 9), 0)
 	if len(fresh.history) != 0 {
 		t.Fatal("history kept with a limit of 0")
+	}
+}
+
+// The epoch history follows the position: a batch delivered from where it
+// ends extends it, one delivered after a seek back cuts it there first, one
+// delivered after a jump forward (a seek, a reset) starts it afresh.
+func TestEpochHistoryFollowsThePosition(t *testing.T) {
+	p := part{epochs: seek.NewEpochHistory(0)}
+	p.observeEpochs(0, DeliveredBatch{Base: 0, Last: 9, LeaderEpoch: 1})
+	p.observeEpochs(10, DeliveredBatch{Base: 10, Last: 19, LeaderEpoch: 2})
+	p.observeEpochs(20, DeliveredBatch{Base: 25, Last: 29, LeaderEpoch: 2}) // compaction gap
+	if got := p.epochs.String(); got != "[e1:0 e2:10)30" {
+		t.Fatalf("delivered in order: %s", got)
+	}
+	// A seek back to 5: the batch holding 5 comes again.
+	p.observeEpochs(5, DeliveredBatch{Base: 0, Last: 9, LeaderEpoch: 1})
+	if got := p.epochs.String(); got != "[e1:0)10" {
+		t.Fatalf("after a seek back: %s", got)
+	}
+	// A jump forward to 50: nothing is known of 10..49.
+	p.observeEpochs(50, DeliveredBatch{Base: 48, Last: 59, LeaderEpoch: 3})
+	if got := p.epochs.String(); got != "[e3:48)60" {
+		t.Fatalf("after a jump forward: %s", got)
+	}
+	// A stored history seeds it (AtHistory cut it at its offset).
+	stored, _ := seek.EpochHistoryOf([]seek.EpochEntry{{Epoch: 1, StartOffset: 0}, {Epoch: 4, StartOffset: 30}}, 40, 0)
+	p.seedEpochs(seek.AtHistory(35, stored), 8)
+	p.observeEpochs(35, DeliveredBatch{Base: 33, Last: 39, LeaderEpoch: 4})
+	if got := p.epochs.String(); got != "[e1:0 e4:30)40" || p.epochs.Size() != 8 {
+		t.Fatalf("seeded: %s (size %d)", got, p.epochs.Size())
+	}
+	// Other starts leave it to delivery.
+	p.seedEpochs(seek.AtEpoch(10, 1), 8)
+	if got := p.epochs.String(); got != "[e1:0 e4:30)40" {
+		t.Fatalf("AtEpoch reseeded: %s", got)
 	}
 }

@@ -36,6 +36,7 @@ type cfg struct {
 	sessions        bool
 	lineageSize     int
 	historySize     int
+	epochHistory    int
 	maxEpochWaits   int
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
@@ -57,6 +58,7 @@ func defaultCfg() cfg {
 		sessions:        true,
 		lineageSize:     16,
 		historySize:     256,
+		epochHistory:    seek.DefaultHistorySize,
 		maxEpochWaits:   5,
 		metadataMaxAge:  5 * time.Minute,
 		decompressLimit: 256 << 20,
@@ -93,6 +95,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("consumer: LineageSize %d < 2", c.lineageSize)
 	case c.historySize < 0:
 		return fmt.Errorf("consumer: DeliveryHistory %d < 0", c.historySize)
+	case c.epochHistory < 1 || c.epochHistory > 1<<16:
+		return fmt.Errorf("consumer: EpochHistorySize %d is not in 1..65536", c.epochHistory)
 	case c.maxEpochWaits < 1:
 		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
 	}
@@ -196,6 +200,11 @@ func LineageSize(n int) Opt { return optFunc(func(c *cfg) { c.lineageSize = n })
 // truncation report lists the delivered batches it replaced
 // (TruncationEvent.ReplacedBatches). 0 keeps none.
 func DeliveryHistory(n int) Opt { return optFunc(func(c *cfg) { c.historySize = n }) }
+
+// EpochHistorySize bounds the durable epoch history kept per partition
+// (EpochHistory; default seek.DefaultHistorySize, 64 epochs, 12 bytes
+// each when encoded). Older epochs are dropped first.
+func EpochHistorySize(n int) Opt { return optFunc(func(c *cfg) { c.epochHistory = n }) }
 
 // MaxEpochWaits is how many metadata refreshes in a row may report a leader
 // epoch older than one already known (from a commit or a seek) before the

@@ -40,6 +40,9 @@ type part struct {
 	// history holds the digests of the last batches delivered, in offset
 	// order (at most Consumer.cfg.historySize).
 	history []DeliveredBatch
+	// epochs is the partition's durable epoch history (EpochHistory): the
+	// epochs of the batches delivered since the position last jumped.
+	epochs *seek.EpochHistory
 }
 
 // remember adds the digest of a delivered batch to p's history. A batch at
@@ -58,6 +61,37 @@ func (p *part) remember(b DeliveredBatch, limit int) {
 		p.history = p.history[1:] // append moves it to a new array when full: O(1) amortized
 	}
 	p.history = append(p.history, b)
+}
+
+// seedEpochs makes a stored history (an AtHistory start, already cut at its
+// offset) the partition's epoch history, so that it keeps growing from
+// there. Other starts leave the history to delivery (observeEpochs).
+func (p *part) seedEpochs(s seek.Start, size int) {
+	if s.Kind != seek.StartHistory || s.History == nil {
+		return
+	}
+	h, err := seek.EpochHistoryOf(s.History.Entries(), s.History.End(), size)
+	if err != nil {
+		p.epochs.Reset() // cannot happen: a history's entries are valid
+		return
+	}
+	p.epochs = h
+}
+
+// observeEpochs adds a delivered batch to the epoch history. from is the
+// position before the batch: when the history does not end there, the
+// position moved by a seek, a reset or a rewind rather than by delivery,
+// and the history is cut back to it (a move back) or started afresh (a
+// move forward: nothing is known of the offsets skipped).
+func (p *part) observeEpochs(from int64, b DeliveredBatch) {
+	if end := p.epochs.End(); end != from && p.epochs.Len() > 0 {
+		if from < end {
+			p.epochs.Cut(from)
+		} else {
+			p.epochs.Reset()
+		}
+	}
+	p.epochs.Observe(b.LeaderEpoch, b.Base, b.Last)
 }
 
 // replaced returns the digests of the delivered batches with records in r,
@@ -121,7 +155,7 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &part{tp: tp, m: m}, nil
+	return &part{tp: tp, m: m, epochs: seek.NewEpochHistory(c.cfg.epochHistory)}, nil
 }
 
 func (p *part) revoke() {
@@ -151,6 +185,12 @@ func (c *Consumer) dropBufferLocked(p *part) {
 
 // stepLocked steps the partition's machine and carries out its actions.
 func (c *Consumer) stepLocked(p *part, ev seek.Event) {
+	switch e := ev.(type) {
+	case seek.Assigned:
+		p.seedEpochs(e.Start, c.cfg.epochHistory)
+	case seek.Seek:
+		p.seedEpochs(e.Start, c.cfg.epochHistory)
+	}
 	acts := p.m.Step(ev)
 	if lc, ok := ev.(seek.LeaderChanged); ok && lc.TopicID != (seek.TopicID{}) {
 		p.topicID = lc.TopicID
@@ -185,6 +225,14 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 			Topic: p.tp.Topic, Partition: p.tp.Partition, Kind: a.Report.Kind,
 			Consumed: a.Report.Consumed, Divergent: a.Report.Divergent, Resume: a.Report.Resume, Exact: a.Report.Exact,
 			Replaced: a.Report.Replaced, Skipped: a.Report.Skipped, Halted: a.Report.Then == seek.ThenHalt,
+			EpochPruned: a.Report.EpochPruned,
+		}
+		// The epoch history keeps only what the log still holds: below
+		// a located divergence; nothing after any other break.
+		if ev.Kind == Diverged {
+			p.epochs.Cut(ev.Divergent.Offset)
+		} else {
+			p.epochs.Reset()
 		}
 		ev.ReplacedBatches, ev.ReplacedBatchesComplete = p.replaced(ev.Replaced)
 		c.events = append(c.events, ev)
@@ -195,10 +243,16 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 	case seek.ActHalt:
 		c.dropBufferLocked(p)
 		p.fetch = nil
-		if a.Halt.Reason == seek.HaltError {
+		switch a.Halt.Reason {
+		case seek.HaltError:
 			pos, _ := p.m.Position()
 			c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
 				Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: errors.FromCode(int16(a.Halt.Code))})
+			c.signalLocked()
+		case seek.HaltUnvalidated:
+			pos, _ := p.m.Position()
+			c.errs = append(c.errs, &errors.PartitionError{Op: "validate", Topic: p.tp.Topic, Partition: p.tp.Partition,
+				Offset: pos.Offset, LeaderEpoch: NoEpoch, Err: errors.ErrUnvalidated})
 			c.signalLocked()
 		}
 	case seek.ActResolved:
@@ -342,6 +396,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 		if sp.to > sp.from {
 			p.remember(sp.batch, c.cfg.historySize)
 		}
+		p.observeEpochs(before.Offset, sp.batch)
 		for j := sp.from; j < sp.to; j++ {
 			if d.records[j].Offset < before.Offset {
 				continue

@@ -47,7 +47,28 @@ var (
 	Latest = seek.Latest
 	// AtTimestamp starts at the first offset whose timestamp is ≥ ms.
 	AtTimestamp = seek.AtTimestamp
+	// AtHistory starts at an offset stored with the partition's epoch
+	// history (see Consumer.EpochHistory): the epoch of the record before
+	// the offset comes from the history, and the position is validated
+	// like AtEpoch. When the history cannot give that epoch, the start is
+	// unvalidated (Start.Unvalidated): the partition does not fetch, Poll
+	// reports a *errors.PartitionError matching errors.ErrUnvalidated, and
+	// the application decides with a seek (At accepts the offset
+	// unvalidated).
+	AtHistory = seek.AtHistory
+	// NewEpochHistory returns an empty epoch history of a given size
+	// (≤ 0: seek.DefaultHistorySize); decode a stored one into it with
+	// UnmarshalBinary.
+	NewEpochHistory = seek.NewEpochHistory
 )
+
+// EpochHistory is a partition's durable epoch history: the leader epochs of
+// the batches delivered, as (epoch, first offset) entries, to be stored with
+// the application's offsets (MarshalBinary) and given back with AtHistory.
+type EpochHistory = seek.EpochHistory
+
+// EpochEntry is one entry of an EpochHistory.
+type EpochEntry = seek.EpochEntry
 
 // TopicPartition names a partition.
 type TopicPartition struct {
@@ -154,6 +175,11 @@ type TruncationEvent struct {
 	// Halted is true under PolicyNone: the partition stopped at Consumed
 	// and fetches nothing until the application seeks.
 	Halted bool
+	// EpochPruned is true, for Diverged, when the leader's answer was the
+	// echo of an epoch it no longer keeps (see seek.Truncation.EpochPruned):
+	// the lineage proved the answered end cannot be that epoch's end.
+	// Divergent is then a bound without an epoch (Exact is false).
+	EpochPruned bool
 	// ReplacedBatches describes the record batches Poll delivered that
 	// hold Replaced offsets, oldest first: their offsets, leader epoch,
 	// producer identity and sequence, and CRC, so that the application can
@@ -196,6 +222,9 @@ func (e TruncationEvent) String() string {
 		s += fmt.Sprintf(", log diverges at %v", e.Divergent)
 		if !e.Exact {
 			s += " (bound)"
+		}
+		if e.EpochPruned {
+			s += " (the leader no longer has the consumed epoch)"
 		}
 	}
 	if !e.Replaced.Empty() {

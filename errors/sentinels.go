@@ -34,6 +34,13 @@ var (
 	// written). It is never resent as a new write; see ProduceNotApplied.
 	ErrUnknownOutcome = New("kepoch: produce outcome unknown")
 
+	// ErrUnvalidated: a stored position could not be validated against the
+	// log because the leader epoch of the record before it is not known
+	// (a consumer start from an offset and an epoch history that does not
+	// cover that record). The partition does not fetch from it until the
+	// application seeks.
+	ErrUnvalidated = New("kepoch: position cannot be validated (epoch of the record before it unknown)")
+
 	// ErrNotSent: the request was never written to a connection, so the
 	// broker cannot have acted on it. Wrap it to tell callers (and
 	// ProduceNotApplied) so.

@@ -131,6 +131,13 @@ const (
 	HaltBreak HaltReason = iota + 1
 	// HaltError: a broker answered a non-retriable error (Halt.Code).
 	HaltError
+	// HaltUnvalidated: the start was AtHistory and the history does not
+	// give the epoch of the record before the offset (it is empty, starts
+	// after that record, ends before it, or the offset is 0), so the
+	// position cannot be validated. The position is set, without an epoch,
+	// and nothing is fetched until the application seeks: with At to
+	// accept the unvalidated offset, or anywhere else.
+	HaltUnvalidated
 )
 
 // Halt describes an ActHalt.
@@ -250,6 +257,16 @@ type Truncation struct {
 	// Skipped is, for BelowLogStart, the offsets [Consumed, log start) that
 	// were never delivered and can no longer be read; empty otherwise.
 	Skipped Range
+	// EpochPruned is true, for Diverged, when the leader no longer knows
+	// the epoch it was asked about: its answer named that epoch with an end
+	// offset the lineage proves cannot be that epoch's end (at or below a
+	// record consumed in an earlier epoch), which is the answer
+	// LeaderEpochFileCache.endOffsetFor gives for an epoch older than every
+	// epoch it keeps: the start offset of its oldest one. Everything
+	// consumed from that offset on is gone; what was consumed below it
+	// cannot be compared (the leader keeps no epoch there). Divergent is
+	// that offset without an epoch, and Exact is false.
+	EpochPruned bool
 	// Then is what the machine does next.
 	Then Then
 }
@@ -271,6 +288,9 @@ func (t Truncation) String() string {
 			b.WriteString(" exact")
 		} else {
 			b.WriteString(" bound")
+		}
+		if t.EpochPruned {
+			b.WriteString(" epoch-pruned")
 		}
 	}
 	if !t.Replaced.Empty() {
@@ -315,8 +335,11 @@ func (a Action) String() string {
 	case ActReport:
 		return "report " + a.Report.String()
 	case ActHalt:
-		if a.Halt.Reason == HaltError {
+		switch a.Halt.Reason {
+		case HaltError:
 			return "halt error " + a.Halt.Code.String()
+		case HaltUnvalidated:
+			return "halt unvalidated"
 		}
 		return "halt break"
 	case ActResolved:

@@ -3,7 +3,9 @@ package seek
 // Breaks of the consumed lineage: reports and the policy.
 
 // diverged reports a located divergence at d and applies the policy.
-func (p *Partition) diverged(d, resume Position, exact bool) {
+// pruned marks a divergence found from an answer about an epoch the leader
+// no longer has (Truncation.EpochPruned).
+func (p *Partition) diverged(d, resume Position, exact, pruned bool) {
 	d, resume = normal(d), normal(resume)
 	p.narrowing = false
 	p.vpurpose = purposeNone
@@ -12,13 +14,14 @@ func (p *Partition) diverged(d, resume Position, exact bool) {
 		replaced.From = from // nothing below was consumed in this lineage
 	}
 	t := Truncation{
-		Kind:      Diverged,
-		Consumed:  p.pos,
-		Divergent: d,
-		Resume:    resume,
-		Exact:     exact,
-		Replaced:  replaced,
-		Skipped:   Range{From: p.pos.Offset, To: p.pos.Offset},
+		Kind:        Diverged,
+		Consumed:    p.pos,
+		Divergent:   d,
+		Resume:      resume,
+		Exact:       exact,
+		EpochPruned: pruned,
+		Replaced:    replaced,
+		Skipped:     Range{From: p.pos.Offset, To: p.pos.Offset},
 	}
 	if p.cfg.Policy == PolicyNone {
 		t.Then = ThenHalt

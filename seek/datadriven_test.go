@@ -23,6 +23,7 @@ import (
 //	new [policy=earliest|latest|none] [retry=N] [waits=N] [lineage=N]
 //	leader id=N epoch=N [topic=X]
 //	assign|seek (offset=N [epoch=N] [nearest] | earliest | latest | ts=N)
+//	assign|seek offset=N history=E:S[,E:S...] end=N   (AtHistory; history=none: empty)
 //	revoke
 //	batch base=N last=N epoch=N [req=N]
 //	fetch-done [req=N]
@@ -129,6 +130,20 @@ func scriptStart(t *testing.T, d *datadriven.TestData) Start {
 		return Latest()
 	case d.HasArg("ts"):
 		return AtTimestamp(int64(mustInt(t, d, "ts")))
+	case d.HasArg("history"):
+		s, _ := arg(d, "history")
+		var entries []EpochEntry
+		if s != "none" {
+			for _, f := range strings.Split(s, ",") {
+				e, o, _ := strings.Cut(f, ":")
+				entries = append(entries, EpochEntry{Epoch: int32(atoi(t, e)), StartOffset: int64(atoi(t, o))})
+			}
+		}
+		h, err := EpochHistoryOf(entries, int64(intArg(t, d, "end", -1)), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		return AtHistory(int64(mustInt(t, d, "offset")), h)
 	case d.HasArg("nearest"):
 		return NearestTo(int64(mustInt(t, d, "offset")), int32(intArg(t, d, "epoch", -1)))
 	}

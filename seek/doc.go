@@ -83,7 +83,10 @@
 // nothing was consumed below it; when that record has a smaller epoch the
 // machine asks the leader again about that epoch, as a follower does, until
 // it finds the first replaced offset; when the lineage does not reach that
-// far the candidate is reported as a bound (Kafka's precision). A -1/-1
+// far the candidate is reported as a bound (Kafka's precision). An answer
+// naming our epoch with an end at or below a record we consumed in an
+// earlier epoch is the leader's echo of an epoch it no longer keeps: a
+// bound without an epoch (Truncation.EpochPruned). A -1/-1
 // answer is its own outcome, Unlocated: the leader cannot say, so no offset
 // is invented. The report's divergent position is Kafka's (the end offset
 // and the leader's epoch that ends there); the position a rewind moves to
@@ -110,6 +113,11 @@
 // the reported consumed offset continues without validating the diverged
 // epoch again (KIP-320), seeking with AtEpoch to Truncation.Resume
 // continues in the new lineage.
+//
+// A position stored with an EpochHistory (Start AtHistory) takes the epoch
+// of its previous record from the history and is validated like AtEpoch,
+// with the history seeding the lineage; when the history cannot give that
+// epoch the partition halts (HaltUnvalidated) until the application seeks.
 //
 // SeekToNearest (Start NearestTo) is resolved by Nearest: keep the offset if
 // the leader still has it in that epoch, else move to where that epoch ends.

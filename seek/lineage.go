@@ -105,6 +105,40 @@ func (l *Lineage) epochAt(o int64) (int32, bool) {
 	return NoEpoch, false
 }
 
+// startBefore returns the first offset consumed in the epoch consumed just
+// before epoch e, when the lineage holds a step for e and one before it.
+// That record's epoch is below e, so epoch e began after it in every log
+// that holds our records of e.
+func (l *Lineage) startBefore(e int32) (int64, bool) {
+	for i := 1; i < len(l.steps); i++ {
+		if l.steps[i].Epoch == e {
+			return l.steps[i-1].Start, true
+		}
+	}
+	return NoOffset, false
+}
+
+// seed restarts the lineage at position p from a stored history: its
+// entries below p.Offset become the steps (the oldest turned into the claim
+// when they exceed the bound). The history describes records consumed
+// before this lineage's root, so the lineage is partial: it does not claim
+// to have seen everything consumed.
+func (l *Lineage) seed(h *EpochHistory, p Position) {
+	l.reset()
+	if h != nil {
+		for _, e := range h.entries {
+			if e.StartOffset < p.Offset {
+				l.observe(e.Epoch, e.StartOffset)
+			}
+		}
+	}
+	if len(l.steps) == 0 {
+		l.root(p)
+		return
+	}
+	l.partial = true
+}
+
 // consumedFrom returns the first offset consumed in this lineage, if the
 // lineage saw everything consumed since its root (no claim, nothing
 // forgotten).

@@ -30,6 +30,22 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 			pur = purposeNearest
 		}
 		p.validate(pur)
+	case StartHistory:
+		switch {
+		case s.Offset < 0:
+			p.startList(ListEarliest, 0, purposeStart)
+		case s.Epoch < 0:
+			// The history cannot say which epoch record Offset-1 has:
+			// nothing to validate with. Say so, and wait for the
+			// application, rather than fetch from an unchecked offset.
+			p.pos = Position{Offset: s.Offset, Epoch: NoEpoch}
+			p.halt(HaltUnvalidated, CodeNone)
+		default:
+			p.raiseSeen(s.Epoch)
+			p.pos = Position{Offset: s.Offset, Epoch: s.Epoch}
+			p.lineage.seed(s.History, p.pos)
+			p.validate(purposeValidate)
+		}
 	case StartEarliest:
 		p.startList(ListEarliest, 0, purposeStart)
 	case StartLatest:
@@ -68,7 +84,7 @@ func (p *Partition) raiseSeen(e int32) {
 // or a broker without OffsetForLeaderEpoch v3).
 func (p *Partition) skipValidation() {
 	if p.narrowing {
-		p.diverged(p.cand, p.candResume, false)
+		p.diverged(p.cand, p.candResume, false, false)
 		return
 	}
 	if p.vpurpose == purposeRange {

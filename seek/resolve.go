@@ -53,6 +53,10 @@ const (
 	// outRecheck: the log diverges at or before verdict.at; ask the leader
 	// about verdict.recheck (our epoch just below at) to find out.
 	outRecheck
+	// outPruned: the answer is the leader's echo of an epoch it no longer
+	// has (see compare); the log diverges at or before verdict.at, and the
+	// leader keeps no epoch below it to narrow with.
+	outPruned
 )
 
 type verdict struct {
@@ -70,6 +74,10 @@ type verdict struct {
 // With (E, End) the answer and (c, r) the check:
 //
 //   - E or End is -1: the leader cannot tell (undefined).
+//   - E = r, but End is at or below the first offset we consumed in the
+//     epoch before r: the leader no longer has r and echoed it with the
+//     start of its oldest epoch (pruned): the log diverges at or before
+//     End, a bound without an epoch.
 //   - E ≥ r: the leader has our epoch. End ≥ c means nothing we consumed is
 //     gone (consistent); otherwise the candidate is End.
 //   - E < r: the leader never had our epochs above E, so every record we
@@ -94,6 +102,27 @@ func compare(check Position, answer EpochEnd, l *Lineage) verdict {
 		return verdict{out: outUndefined}
 	}
 	c, r := check.Offset, check.Epoch
+	if s, ok := l.startBefore(r); ok && answer.Epoch == r && answer.EndOffset <= s {
+		// The leader names our epoch r with an end at or below s, a
+		// record we consumed in an earlier epoch. That cannot be where r
+		// ends in any log holding our records of r: one leader writes
+		// all of epoch r, so r starts at the same offset in every log
+		// that has it, after every record of an earlier epoch (after s),
+		// and a leader that has r answers its end at or after that start
+		// (the next cached epoch's start, or its log end for its latest
+		// epoch). The one answer that names r and can end there is
+		// LeaderEpochFileCache.endOffsetFor's for an epoch older than all
+		// it keeps: (r, start of its oldest cached epoch). So the leader
+		// no longer has r (retention pruned it, or it never had it), its
+		// records from End on are in epochs above r, and each record we
+		// consumed from End on (all in epochs ≤ r) differs from the
+		// leader's: the log diverges at or before End. Below End the
+		// leader has no epoch to compare with; asking about our older
+		// epochs would only echo End again and look like agreement.
+		// Report End, without an epoch, as a bound.
+		at := Position{Offset: answer.EndOffset, Epoch: NoEpoch}
+		return verdict{out: outPruned, at: at, resume: at}
+	}
 	var d int64
 	if answer.Epoch >= r {
 		if answer.EndOffset >= c {

@@ -147,9 +147,14 @@ const (
 	// StartTimestamp: the first offset whose batch timestamp is ≥ Timestamp
 	// (ListOffsets by time); the log end if there is none.
 	StartTimestamp
+	// StartHistory: an offset and a stored EpochHistory (AtHistory): the
+	// epoch of the record before the offset comes from the history, and
+	// the position is validated like StartAt with that epoch; without one
+	// the partition halts (HaltUnvalidated).
+	StartHistory
 )
 
-var startNames = [...]string{"invalid", "at", "nearest", "earliest", "latest", "timestamp"}
+var startNames = [...]string{"invalid", "at", "nearest", "earliest", "latest", "timestamp", "history"}
 
 // String returns the name used in scenario scripts.
 func (k StartKind) String() string {
@@ -160,12 +165,15 @@ func (k StartKind) String() string {
 }
 
 // Start is where an assignment or a seek puts the position. Build it with
-// At, AtEpoch, NearestTo, Earliest, Latest or AtTimestamp.
+// At, AtEpoch, AtHistory, NearestTo, Earliest, Latest or AtTimestamp.
 type Start struct {
 	Kind      StartKind
 	Offset    int64
 	Epoch     int32
 	Timestamp int64
+	// History is, for StartHistory, the stored history cut at Offset (a
+	// copy owned by the Start: do not modify it).
+	History *EpochHistory
 }
 
 // At starts at offset without an epoch: the position is not validated
@@ -180,6 +188,37 @@ func At(offset int64) Start { return Start{Kind: StartAt, Offset: offset, Epoch:
 func AtEpoch(offset int64, epoch int32) Start {
 	return Start{Kind: StartAt, Offset: offset, Epoch: epoch}
 }
+
+// AtHistory starts at offset, a position stored with the partition's epoch
+// history h (EpochHistory, persisted next to the offset). The epoch of
+// record offset-1 is h.EpochOf(offset-1), and the position is validated
+// against the leader exactly like AtEpoch(offset, that epoch); the history
+// below offset also seeds the lineage, so a divergence is located as
+// precisely as if the records had been consumed in this run, and an answer
+// about an epoch the leader no longer has is recognized
+// (Truncation.EpochPruned).
+//
+// When the history does not give that epoch (it is nil or empty, it starts
+// after offset-1 or ends before it, or offset is 0), the start is
+// unvalidated: Unvalidated reports it at once, and the partition takes the
+// position without an epoch but halts (HaltUnvalidated) until the
+// application seeks, rather than fetching from a position nobody checked.
+// The Start holds its own copy of h, cut at offset.
+func AtHistory(offset int64, h *EpochHistory) Start {
+	s := Start{Kind: StartHistory, Offset: offset, Epoch: NoEpoch, History: h.Clone()}
+	s.History.Cut(max(offset, 0))
+	if offset > 0 {
+		if e, ok := s.History.EpochOf(offset - 1); ok {
+			s.Epoch = e
+		}
+	}
+	return s
+}
+
+// Unvalidated reports whether the start is an AtHistory whose history does
+// not give the epoch of the record before its offset: assigning or seeking
+// to it halts the partition with HaltUnvalidated.
+func (s Start) Unvalidated() bool { return s.Kind == StartHistory && s.Epoch < 0 }
 
 // NearestTo is SeekToNearest: keep offset if the leader still has it in
 // epoch, otherwise move to where epoch ends on the leader (the first offset
@@ -210,6 +249,8 @@ func (s Start) String() string {
 		return "nearest " + Position{s.Offset, s.Epoch}.String()
 	case StartTimestamp:
 		return "timestamp " + strconv.FormatInt(s.Timestamp, 10)
+	case StartHistory:
+		return "history " + Position{s.Offset, s.Epoch}.String() + " " + s.History.String()
 	}
 	return s.Kind.String()
 }

@@ -45,20 +45,22 @@ func (p *Partition) resolve(ans EpochEnd) {
 			// the epoch just checked: the candidate is the first
 			// divergent offset, and that epoch is the position's.
 			agreed := Position{Offset: p.cand.Offset, Epoch: p.check.Epoch}
-			p.diverged(agreed, agreed, true)
+			p.diverged(agreed, agreed, true, false)
 			return
 		}
 		p.validated()
 	case outUndefined:
 		if p.narrowing {
-			p.diverged(p.cand, p.candResume, false)
+			p.diverged(p.cand, p.candResume, false, false)
 			return
 		}
 		p.broken(Unlocated, Range{From: NoOffset, To: p.pos.Offset}, Range{})
 	case outExact:
-		p.diverged(v.at, v.resume, true)
+		p.diverged(v.at, v.resume, true, false)
 	case outBound:
-		p.diverged(v.at, v.resume, false)
+		p.diverged(v.at, v.resume, false, false)
+	case outPruned:
+		p.diverged(v.at, v.resume, false, true)
 	case outRecheck:
 		p.narrowing = true
 		p.cand, p.candResume = v.at, v.resume

@@ -1,0 +1,366 @@
+package seek
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"strconv"
+	"strings"
+)
+
+// DefaultHistorySize is the number of entries an EpochHistory keeps when
+// it is created with a size ≤ 0. A partition's leader epoch changes only on
+// a leader change, so 64 entries reach back over 63 elections.
+const DefaultHistorySize = 64
+
+// maxHistorySize bounds the size an encoded history may declare (and so
+// what UnmarshalBinary allocates).
+const maxHistorySize = 1 << 16
+
+// EpochEntry is one step of an EpochHistory: the record at StartOffset was
+// written in leader epoch Epoch, and so were the records after it up to the
+// next entry's StartOffset.
+type EpochEntry struct {
+	Epoch       int32
+	StartOffset int64
+}
+
+// EpochHistory is a partition's durable epoch history: the leader epochs
+// of the record batches a consumer delivered, as (epoch, first offset
+// delivered in it) entries, strictly increasing in both, and End, the offset
+// after the last record it covers. It is the client-side twin of a broker's
+// leader-epoch-checkpoint file, meant to be stored by an application next to
+// its offsets (MarshalBinary), atomically with its output, so that a
+// position (offset) restored later can be validated against the log: the
+// epoch of record offset-1 is EpochOf(offset-1) (see AtHistory).
+//
+// Its facts are of the form "the record at o was written in epoch e", so
+// they stay true as long as the log is not truncated below them; a
+// consumer cuts its history at the divergence point of every truncation it
+// reports (Cut) and starts it afresh when its position jumps (Reset).
+//
+// It is bounded: when a new epoch would exceed its size, the oldest entry is
+// dropped and Dropped reports it. EpochOf then does not know offsets below
+// the oldest entry left.
+//
+// The zero value is an empty history of DefaultHistorySize entries. An
+// EpochHistory is not safe for concurrent use; Clone copies it.
+type EpochHistory struct {
+	entries []EpochEntry
+	end     int64 // offset after the last covered record; meaningful when entries is not empty
+	size    int   // ≤ 0: DefaultHistorySize
+	dropped bool
+}
+
+// NewEpochHistory returns an empty history keeping at most size entries
+// (DefaultHistorySize when size ≤ 0).
+func NewEpochHistory(size int) *EpochHistory {
+	return &EpochHistory{size: min(size, maxHistorySize)}
+}
+
+// EpochHistoryOf returns a history holding entries (oldest first) and
+// covering the offsets up to end (exclusive), keeping at most size entries
+// (DefaultHistorySize when size ≤ 0; the oldest entries beyond it are
+// dropped). It returns an error matching ErrCorruptHistory when the entries
+// are not strictly increasing in epoch and offset, hold a negative value,
+// or do not end before end.
+func EpochHistoryOf(entries []EpochEntry, end int64, size int) (*EpochHistory, error) {
+	h := NewEpochHistory(size)
+	if err := checkEntries(entries, end); err != nil {
+		return nil, err
+	}
+	h.entries = append(h.entries, entries...)
+	if len(entries) > 0 {
+		h.end = end
+	}
+	h.trim()
+	return h, nil
+}
+
+// checkEntries validates entries and end as a history's content.
+func checkEntries(entries []EpochEntry, end int64) error {
+	for i, e := range entries {
+		switch {
+		case e.Epoch < 0 || e.StartOffset < 0:
+			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " has a negative epoch or offset"}
+		case i > 0 && (e.Epoch <= entries[i-1].Epoch || e.StartOffset <= entries[i-1].StartOffset):
+			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " does not increase in epoch and offset"}
+		}
+	}
+	if n := len(entries); n > 0 && end <= entries[n-1].StartOffset {
+		return &HistoryError{Reason: "end " + strconv.FormatInt(end, 10) + " is not after the last entry"}
+	}
+	return nil
+}
+
+// Size returns the most entries the history keeps.
+func (h *EpochHistory) Size() int {
+	if h.size <= 0 {
+		return DefaultHistorySize
+	}
+	return h.size
+}
+
+// Len returns the number of entries.
+func (h *EpochHistory) Len() int { return len(h.entries) }
+
+// Entries returns a copy of the entries, oldest first.
+func (h *EpochHistory) Entries() []EpochEntry { return append([]EpochEntry(nil), h.entries...) }
+
+// End returns the offset after the last record the history covers (the
+// consumer's position when the history was taken), NoOffset when it is
+// empty.
+func (h *EpochHistory) End() int64 {
+	if len(h.entries) == 0 {
+		return NoOffset
+	}
+	return h.end
+}
+
+// Dropped reports whether entries were dropped from the start of the
+// history: by its size bound, or because a batch contradicted it (a lower
+// epoch after a higher one, which only a rewritten log can show).
+func (h *EpochHistory) Dropped() bool { return h.dropped }
+
+// Clone returns an independent copy.
+func (h *EpochHistory) Clone() *EpochHistory {
+	if h == nil {
+		return NewEpochHistory(0)
+	}
+	c := *h
+	c.entries = append([]EpochEntry(nil), h.entries...)
+	return &c
+}
+
+// Reset empties the history (its size is kept, Dropped becomes false).
+func (h *EpochHistory) Reset() {
+	h.entries = h.entries[:0]
+	h.end = 0
+	h.dropped = false
+}
+
+// Observe records that a record batch written in epoch, holding offsets base
+// through last, was delivered. A batch in the epoch of the last entry only
+// extends End; one in a higher epoch appends an entry starting at base. A
+// batch starting below End (read again after a seek back) first cuts the
+// history at base: the batch is what the log holds from there. A batch in
+// a lower epoch than the last entry left (a rewritten log) restarts the
+// history at the batch, as does a batch without an epoch (epoch < 0: a
+// pre-v2 message set, which the history cannot describe). A batch with
+// last < base or a negative base is ignored.
+//
+// The caller observes batches in delivery order; offsets between two
+// batches that the log does not hold (compaction) take the epoch of the
+// batch before them.
+func (h *EpochHistory) Observe(epoch int32, base, last int64) {
+	if base < 0 || last < base {
+		return
+	}
+	if epoch < 0 {
+		if len(h.entries) > 0 {
+			h.dropped = true
+		}
+		h.entries = h.entries[:0]
+		return
+	}
+	if len(h.entries) > 0 && base < h.end {
+		h.Cut(base)
+	}
+	if n := len(h.entries); n > 0 {
+		switch top := h.entries[n-1].Epoch; {
+		case epoch == top:
+			h.end = max(h.end, last+1)
+			return
+		case epoch < top:
+			h.entries = h.entries[:0]
+			h.dropped = true
+		}
+	}
+	h.entries = append(h.entries, EpochEntry{Epoch: epoch, StartOffset: base})
+	h.end = last + 1
+	h.trim()
+}
+
+// trim drops the oldest entries beyond the size bound.
+func (h *EpochHistory) trim() {
+	if over := len(h.entries) - h.Size(); over > 0 {
+		h.entries = append(h.entries[:0], h.entries[over:]...)
+		h.dropped = true
+	}
+}
+
+// Cut forgets everything at and after offset: after a truncation diverging
+// at offset, or before re-reading from offset. End becomes at most offset.
+func (h *EpochHistory) Cut(offset int64) {
+	n := len(h.entries)
+	for n > 0 && h.entries[n-1].StartOffset >= offset {
+		n--
+	}
+	h.entries = h.entries[:n]
+	if n > 0 {
+		h.end = min(h.end, offset)
+	}
+}
+
+// EpochOf returns the leader epoch of the record at offset: the epoch of the
+// last entry starting at or before it. ok is false when the history does not
+// cover offset: it is empty, offset is below its first entry (never seen,
+// or dropped), or offset is at or after End.
+func (h *EpochHistory) EpochOf(offset int64) (epoch int32, ok bool) {
+	if len(h.entries) == 0 || offset < h.entries[0].StartOffset || offset >= h.end {
+		return NoEpoch, false
+	}
+	for i := len(h.entries) - 1; i >= 0; i-- {
+		if h.entries[i].StartOffset <= offset {
+			return h.entries[i].Epoch, true
+		}
+	}
+	return NoEpoch, false
+}
+
+// String formats the history as [e<epoch>:<start> ...)<end>, with a leading
+// "…" when entries were dropped.
+func (h *EpochHistory) String() string {
+	var b strings.Builder
+	b.WriteByte('[')
+	if h.dropped {
+		b.WriteString("… ")
+	}
+	for i, e := range h.entries {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("e" + strconv.Itoa(int(e.Epoch)) + ":" + strconv.FormatInt(e.StartOffset, 10))
+	}
+	b.WriteByte(')')
+	if len(h.entries) > 0 {
+		b.WriteString(strconv.FormatInt(h.end, 10))
+	}
+	return b.String()
+}
+
+// The binary encoding (version 1), all integers big-endian:
+//
+//	magic   "KEH"   3 bytes
+//	version 1       1 byte
+//	flags           1 byte   bit 0: Dropped; other bits must be 0
+//	size            uint32   the bound (1..65536)
+//	count           uint32   number of entries (≤ size)
+//	end             int64    End; -1 when count is 0
+//	entries         count × (epoch int32, start offset int64)
+//	crc             uint32   CRC-32C (Castagnoli) of every byte before it
+//
+// 25 bytes plus 12 per entry: 793 bytes for a full default history.
+const (
+	historyMagic      = "KEH"
+	historyVersion    = 1
+	historyHeaderSize = 3 + 1 + 1 + 4 + 4 + 8
+	historyEntrySize  = 4 + 8
+	historyFlagDrop   = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrCorruptHistory is matched (errors.Is) by every error UnmarshalBinary
+// and EpochHistoryOf return for input that is not a valid history.
+var ErrCorruptHistory = errors.New("seek: invalid epoch history")
+
+// HistoryError is the error UnmarshalBinary and EpochHistoryOf return: what
+// is wrong with the input. It matches ErrCorruptHistory.
+type HistoryError struct {
+	// Version is the encoding version read, 0 when none was.
+	Version int
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *HistoryError) Error() string { return "seek: invalid epoch history: " + e.Reason }
+
+// Unwrap returns ErrCorruptHistory.
+func (e *HistoryError) Unwrap() error { return ErrCorruptHistory }
+
+// MarshalBinary encodes the history (encoding.BinaryMarshaler). It never
+// fails.
+func (h *EpochHistory) MarshalBinary() ([]byte, error) {
+	return h.AppendBinary(make([]byte, 0, historyHeaderSize+historyEntrySize*len(h.entries)+4))
+}
+
+// AppendBinary appends the encoded history to b (encoding.BinaryAppender).
+// It never fails.
+func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
+	from := len(b)
+	b = append(b, historyMagic...)
+	b = append(b, historyVersion)
+	var flags byte
+	if h.dropped {
+		flags |= historyFlagDrop
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(h.Size()))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(h.entries)))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.End()))
+	for _, e := range h.entries {
+		b = binary.BigEndian.AppendUint32(b, uint32(e.Epoch))
+		b = binary.BigEndian.AppendUint64(b, uint64(e.StartOffset))
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[from:], castagnoli)), nil
+}
+
+// UnmarshalBinary replaces h with the history encoded in data
+// (encoding.BinaryUnmarshaler). It returns a *HistoryError (matching
+// ErrCorruptHistory) and leaves h unchanged when data is not exactly one
+// valid encoding: wrong magic, unknown version or flags, a size or count out
+// of bounds, a length that does not match the count, a CRC mismatch, or
+// entries that are negative or not strictly increasing, or do not end
+// before End. It never panics, and it allocates at most what data's length
+// justifies.
+func (h *EpochHistory) UnmarshalBinary(data []byte) error {
+	fail := func(v int, reason string) error { return &HistoryError{Version: v, Reason: reason} }
+	if len(data) < historyHeaderSize+4 {
+		return fail(0, "short input ("+strconv.Itoa(len(data))+" bytes)")
+	}
+	if string(data[:3]) != historyMagic {
+		return fail(0, "bad magic")
+	}
+	v := int(data[3])
+	if v != historyVersion {
+		return fail(v, "unsupported version "+strconv.Itoa(v))
+	}
+	flags := data[4]
+	if flags&^historyFlagDrop != 0 {
+		return fail(v, "unknown flags")
+	}
+	size := binary.BigEndian.Uint32(data[5:])
+	count := binary.BigEndian.Uint32(data[9:])
+	end := int64(binary.BigEndian.Uint64(data[13:]))
+	switch {
+	case size == 0 || size > maxHistorySize:
+		return fail(v, "size "+strconv.FormatUint(uint64(size), 10)+" out of range")
+	case count > size:
+		return fail(v, "count exceeds size")
+	case uint64(len(data)) != historyHeaderSize+historyEntrySize*uint64(count)+4:
+		return fail(v, "length does not match count")
+	}
+	body := data[:len(data)-4]
+	if got, want := crc32.Checksum(body, castagnoli), binary.BigEndian.Uint32(data[len(body):]); got != want {
+		return fail(v, "CRC mismatch")
+	}
+	if count == 0 && end != NoOffset {
+		return fail(v, "empty history with an end")
+	}
+	entries := make([]EpochEntry, count)
+	for i := range entries {
+		p := body[historyHeaderSize+historyEntrySize*i:]
+		entries[i] = EpochEntry{Epoch: int32(binary.BigEndian.Uint32(p)), StartOffset: int64(binary.BigEndian.Uint64(p[4:]))}
+	}
+	if err := checkEntries(entries, end); err != nil {
+		err.(*HistoryError).Version = v
+		return err
+	}
+	h.entries, h.size, h.dropped = entries, int(size), flags&historyFlagDrop != 0
+	h.end = 0
+	if count > 0 {
+		h.end = end
+	}
+	return nil
+}
