@@ -37,8 +37,8 @@
 // topic ID, log start and end), Records (the log as the leader holds it,
 // with each record's leader epoch and producer identity), EpochEnd (the
 // leader's raw OffsetForLeaderEpoch answer, to compare a client's reported
-// divergence with), and Produce (an oracle producer, franz-go's, one batch
-// per call).
+// divergence with), and Produce (raw idempotent Produce requests, exactly one
+// batch per call).
 //
 // # Fidelity to Kafka
 //

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/internal/batch"
 )
 
 // TopicID is a topic's 16-byte ID; it changes when a topic is deleted and
@@ -245,12 +246,13 @@ func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch i
 	return e, opErr("OffsetForLeaderEpoch", topic, partition, err)
 }
 
-// Produce writes values to the partition as one record batch (franz-go's
-// idempotent producer, acks=all: a plain oracle, not kepoch's producer)
-// and returns the offset of each. Every call writes one batch, so the
-// batch boundaries an UncleanElection cuts at are the calls' boundaries;
-// a call takes at most 10000 values of at most 1 MB in all (larger would
-// be split into several batches).
+// Produce writes values to the partition as one record batch, with an
+// idempotent producer identity of its own (a raw InitProducerId, then raw
+// Produce requests, acks=all, resent unchanged until answered: the broker
+// deduplicates a resend) and returns the offset of each. Every call writes
+// exactly one batch, so the batch boundaries an UncleanElection cuts at
+// are the calls' boundaries; a call takes at most 10000 values of at most
+// 1 MB in all.
 func (c *Cluster) Produce(ctx context.Context, topic string, partition int32, values ...string) ([]int64, error) {
 	if len(values) == 0 {
 		return nil, nil
@@ -265,45 +267,77 @@ func (c *Cluster) Produce(ctx context.Context, topic string, partition int32, va
 	if err := c.alive(); err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(c.seeds...),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ManualFlushing(), // everything buffered first: one batch
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.RetryBackoffFn(func(int) time.Duration { return 20 * time.Millisecond }),
-	)
+	base, err := c.produce(ctx, topic, partition, values)
 	if err != nil {
 		return nil, opErr("produce", topic, partition, err)
 	}
-	defer cl.Close()
-	var (
-		mu    sync.Mutex
-		first error
-		rs    = make([]*kgo.Record, len(values))
-	)
-	for i, v := range values {
-		rs[i] = &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}
-		cl.Produce(ctx, rs[i], func(_ *kgo.Record, err error) {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		return nil, opErr("produce", topic, partition, err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if first != nil {
-		return nil, opErr("produce", topic, partition, first)
-	}
-	offs := make([]int64, len(rs))
-	for i, r := range rs {
-		offs[i] = r.Offset
+	offs := make([]int64, len(values))
+	for i := range offs {
+		offs[i] = base + int64(i)
 	}
 	return offs, nil
+}
+
+func (c *Cluster) produce(ctx context.Context, topic string, partition int32, values []string) (int64, error) {
+	var id, epoch = int64(-1), int16(-1)
+	err := c.retry(ctx, func() error {
+		resp, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, c.admin)
+		if err != nil {
+			return err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
+		id, epoch = resp.ProducerID, resp.ProducerEpoch
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	spec := batch.DefaultSpec()
+	spec.ProducerID, spec.ProducerEpoch, spec.BaseSequence = id, epoch, 0
+	b := batch.NewBuilder(nil)
+	b.Reset(spec)
+	now := time.Now().UnixMilli()
+	for _, v := range values {
+		if err := b.Append(now, nil, []byte(v), nil); err != nil {
+			return 0, err
+		}
+	}
+	records, err := b.Finish()
+	if err != nil {
+		return 0, err
+	}
+	var base int64
+	err = c.retry(ctx, func() error {
+		s, err := c.partitionState(ctx, topic, partition)
+		if err != nil {
+			return err
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		req.TimeoutMillis = 10_000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, s.TopicID
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = partition, records
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, c.admin.Broker(int(s.Leader)))
+		if err != nil {
+			return err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return fmt.Errorf("produce answered no partition")
+		}
+		p := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			return err
+		}
+		base = p.BaseOffset
+		return nil
+	})
+	return base, err
 }
 
 // Records reads the partition from its log start to its log end with raw
