@@ -26,5 +26,5 @@ done
 # (Benchmark<X>Bound/.../bound) become a column of Benchmark<X>.
 sed -E -e 's#^(Benchmark[A-Za-z]+)Bound/#\1/#' \
   -e 's#^(Benchmark[A-Za-z]+)/([a-z0-9]+)/([0-9A-Za-z]+)/([a-z-]+)-([0-9]+)#\1/codec=\2/size=\3/client=\4-\5#' "$out/raw.txt" > "$out/named.txt"
-(cd /tmp && go run golang.org/x/perf/cmd/benchstat@latest -col /client -row .name,/codec,/size \
+(cd /tmp && go run golang.org/x/perf/cmd/benchstat@latest -col '/client@(kepoch kgo bound kepoch-parallel)' -row .name,/codec,/size \
   -filter '.unit:(records/s OR cpu-ns/record)' "$out/named.txt")
