@@ -36,10 +36,7 @@ func BenchmarkConsumeBound(b *testing.B) {
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := 200_000
-			if size > 100 {
-				n = 50_000
-			}
+			n := benchRecords(size)
 			b.Run(fmt.Sprintf("%s/%dB/bound", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)
@@ -165,25 +162,8 @@ func BenchmarkProduceBound(b *testing.B) {
 	c := Require(b)
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := 200_000
-			if size > 100 {
-				n = 50_000
-			}
-			topic := TopicName(fmt.Sprintf("bench-bound-%s-%d", codec, size))
-			ctx := context.Background()
-			id, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}, {2, 3, 1}, {3, 1, 2}}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				if err := c.DeleteTopic(context.Background(), topic); err != nil {
-					b.Error(err)
-				}
-			})
-			value := make([]byte, size)
-			for i := range value {
-				value[i] = byte('a' + i%26)
-			}
+			n := benchRecords(size)
+			topic, id, value := produceBenchTopic(b, c, "bound", codec, size)
 			// One batch of as many records as fit in 1000012 bytes
 			// uncompressed (kgo's and the broker's default limit).
 			spec := batch.DefaultSpec()

@@ -110,10 +110,7 @@ func BenchmarkConsume(b *testing.B) {
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := 200_000
-			if size > 100 {
-				n = 50_000
-			}
+			n := benchRecords(size)
 			kepoch := func(b *testing.B, parallel int) {
 				topic := benchTopic(b, c, codec, size, n)
 				benchConsume(b, n, size, func() func() {

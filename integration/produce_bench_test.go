@@ -31,24 +31,9 @@ func BenchmarkProduce(b *testing.B) {
 	c := Require(b)
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := 200000
-			if size > 100 {
-				n = 50000
-			}
-			topic := TopicName(fmt.Sprintf("bench-produce-%s-%d", codec, size))
+			n := benchRecords(size)
+			topic, _, value := produceBenchTopic(b, c, "produce", codec, size)
 			ctx := context.Background()
-			if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2, 3}, {2, 3, 1}, {3, 1, 2}}, nil); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				if err := c.DeleteTopic(context.Background(), topic); err != nil {
-					b.Error(err)
-				}
-			})
-			value := make([]byte, size)
-			for i := range value {
-				value[i] = byte('a' + i%26)
-			}
 			keys := make([][]byte, 64)
 			for i := range keys {
 				keys[i] = []byte(fmt.Sprintf("key-%d", i))
@@ -99,6 +84,36 @@ func BenchmarkProduce(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchRecords is how many records of size bytes an iteration of the
+// benchmarks reads or writes: 200k of 100 B, 50k of 1 KiB.
+func benchRecords(size int) int {
+	if size > 100 {
+		return 50_000
+	}
+	return 200_000
+}
+
+// produceBenchTopic creates a topic for a produce benchmark (3 partitions,
+// replication factor 3, one led by each broker), deleted when b ends, and
+// returns it with its ID and the value of size bytes the benchmark writes.
+func produceBenchTopic(b *testing.B, c *Cluster, kind string, codec compress.Codec, size int) (string, [16]byte, []byte) {
+	topic := TopicName(fmt.Sprintf("bench-%s-%s-%d", kind, codec, size))
+	id, err := c.CreateTopic(context.Background(), topic, [][]int32{{1, 2, 3}, {2, 3, 1}, {3, 1, 2}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := c.DeleteTopic(context.Background(), topic); err != nil {
+			b.Error(err)
+		}
+	})
+	value := make([]byte, size)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	return topic, id, value
 }
 
 // warmTopic writes n records of value to topic with a plain kgo producer.
