@@ -219,7 +219,7 @@ func BenchmarkProduceBound(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				benchProduce(b, requests*per, size, run)
+				benchProduce(b, requests*per, size, nil, run)
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,12 +40,13 @@ func BenchmarkProduce(b *testing.B) {
 				keys[i] = []byte(fmt.Sprintf("key-%d", i))
 			}
 			runKepoch := func(b *testing.B) {
-				p, err := producer.New(producer.SeedBrokers(Seeds...), producer.Compression(codec))
+				var w produceWrites
+				p, err := producer.New(producer.SeedBrokers(Seeds...), producer.Compression(codec), producer.TransportOpts(kgo.WithHooks(&w)))
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer p.Close(ctx)
-				benchProduce(b, n, size, func() {
+				benchProduce(b, n, size, &w, func() {
 					produceN(b, n, func(i int, acked func(error)) {
 						r := &producer.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
 						if err := p.Produce(ctx, r, func(res producer.Result) { acked(res.Err) }); err != nil {
@@ -58,12 +60,13 @@ func BenchmarkProduce(b *testing.B) {
 				if codec == compress.Zstd {
 					kc = kgo.ZstdCompression()
 				}
-				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic))
+				var w produceWrites
+				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic), kgo.WithHooks(&w))
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer cl.Close()
-				benchProduce(b, n, size, func() {
+				benchProduce(b, n, size, &w, func() {
 					produceN(b, n, func(i int, acked func(error)) {
 						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) { acked(err) })
 					})
@@ -172,10 +175,29 @@ func waitAcks(b *testing.B, wg *sync.WaitGroup) {
 	}
 }
 
-func benchProduce(b *testing.B, n, size int, run func()) {
+// produceWrites counts the Produce requests a client writes and their
+// bytes (a kgo broker-write hook; both clients use kgo's connections).
+type produceWrites struct{ requests, bytes atomic.Int64 }
+
+func (w *produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, bytes int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // Produce
+		w.requests.Add(1)
+		w.bytes.Add(int64(bytes))
+	}
+}
+
+// benchProduce runs b.N iterations of run, which produces n records of size
+// bytes, and reports records/s, MB/s of values, the process's CPU time per
+// record and, when w counts them (nil: not), the Produce requests written
+// per iteration and their mean size.
+func benchProduce(b *testing.B, n, size int, w *produceWrites, run func()) {
 	run() // warm up: producer ID, metadata, connections
 	b.ReportAllocs()
 	b.ResetTimer()
+	var req0, bytes0 int64
+	if w != nil {
+		req0, bytes0 = w.requests.Load(), w.bytes.Load()
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	for i := 0; i < b.N; i++ {
 		run()
@@ -186,4 +208,10 @@ func benchProduce(b *testing.B, n, size int, run func()) {
 	b.ReportMetric(recs/elapsed.Seconds(), "records/s")
 	b.ReportMetric(recs*float64(size)/elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/recs, "cpu-ns/record")
+	if w != nil {
+		if reqs := w.requests.Load() - req0; reqs > 0 {
+			b.ReportMetric(float64(reqs)/float64(b.N), "requests/op")
+			b.ReportMetric(float64(w.bytes.Load()-bytes0)/float64(reqs)/1e3, "kB/request")
+		}
+	}
 }
