@@ -70,6 +70,7 @@ func defaultCfg() cfg {
 		deliveryTO:   2 * time.Minute,
 		requestTO:    30 * time.Second,
 		retryBackoff: 100 * time.Millisecond,
+		linger:       DefaultLinger,
 		maxInFlight:  MaxInFlightPerPartition,
 		ledgerRanges: DefaultLedgerRanges,
 		metaMaxAge:   30 * time.Second,
@@ -162,15 +163,20 @@ func CompressionLevel(level int) Opt {
 // A record larger than it is sent alone.
 func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }) }
 
-// Linger is how long a partition's batch waits for more records before it
-// is sent (default 0: as soon as possible). While a request to the
-// partition's broker is on the wire, a batch that is not full keeps taking
-// records until the answer comes, its linger passes (if set), or, without a
-// linger, it stops growing for a millisecond: a broker processes one
-// request per connection at a time, so fewer, larger requests finish
-// sooner. Full batches are sent at once, up to MaxInFlight requests per
-// broker.
+// Linger is how long a partition's batch that is not full waits for more
+// records before it is sent (default DefaultLinger, 5ms, the Java client's
+// default since Kafka 4.0). Full batches are sent at once, up to
+// MaxInFlight requests per broker; Flush and ProduceSync send at once
+// whatever the linger. With acks=all a broker handles one request per
+// connection at a time, each until the followers have it, so fuller
+// requests carry more records per round trip. Linger(0) sends a batch as soon
+// as no request to its broker is on the wire, and otherwise when it stops
+// growing for a millisecond: the least latency, for producers that write
+// a record at a time.
 func Linger(d time.Duration) Opt { return optFunc(func(c *cfg) { c.linger = d }) }
+
+// DefaultLinger is the default Linger.
+const DefaultLinger = 5 * time.Millisecond
 
 // MaxBufferedBytes bounds the bytes of records buffered and in flight;
 // Produce blocks while it is reached (default 64 MiB).
