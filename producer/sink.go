@@ -227,11 +227,12 @@ func (s *sink) step() {
 // given its sequence now), or returns the time at which something will be
 // ready (zero: nothing pending).
 //
-// A partition's batch that is still filling is closed and sent only when
-// no request to the broker is on the wire (idle), or after its linger:
-// the broker processes one request per connection at a time, so while one
-// is in flight the records are better sent together in the next request
-// than split into more, smaller ones. Full batches are pipelined, up to
+// A partition's batch that is still filling is closed and sent after its
+// linger (at once while a Flush waits), or, with no linger, when no
+// request to the broker is on the wire (idle) or it stopped growing: the
+// broker processes one request per connection at a time, so while one is
+// in flight the records are better sent together in the next request than
+// split into more, smaller ones. Full batches are pipelined, up to
 // MaxInFlight requests.
 func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 	p := s.p
