@@ -113,32 +113,7 @@ func BenchmarkConsume(b *testing.B) {
 			n := benchRecords(size)
 			kepoch := func(b *testing.B, parallel int) {
 				topic := benchTopic(b, c, codec, size, n)
-				benchConsume(b, n, size, func() func() {
-					cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
-						consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-						consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel))
-					if err != nil {
-						b.Fatal(err)
-					}
-					as := make([]consumer.Assignment, benchPartitions)
-					for p := range as {
-						as[p] = consumer.Assignment{Topic: topic, Partition: int32(p), Start: consumer.At(0)}
-					}
-					if err := cons.Assign(as...); err != nil {
-						b.Fatal(err)
-					}
-					readN(b, n, func(ctx context.Context) (int, error) {
-						f, err := cons.Poll(ctx)
-						if err != nil {
-							return 0, err
-						}
-						if len(f.Truncations)+len(f.Errors) > 0 {
-							b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
-						}
-						return len(f.Records), nil
-					})
-					return func() { cons.Close(context.Background()) }
-				})
+				benchConsume(b, n, size, func() func() { return consumeKepoch(b, topic, n, parallel) })
 			}
 			runKepoch := func() {
 				b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) { kepoch(b, 1) })
@@ -151,30 +126,64 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
-				start := map[int32]kgo.Offset{}
-				for p := int32(0); p < benchPartitions; p++ {
-					start[p] = kgo.NewOffset().At(0)
-				}
-				benchConsume(b, n, size, func() func() {
-					cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...),
-						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-						kgo.FetchMaxBytes(benchFetchMaxBytes), kgo.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-						kgo.FetchMaxWait(benchFetchMaxWait))
-					if err != nil {
-						b.Fatal(err)
-					}
-					readN(b, n, func(ctx context.Context) (int, error) {
-						fs := cl.PollFetches(ctx)
-						return fs.NumRecords(), fs.Err()
-					})
-					return cl.Close
-				})
+				benchConsume(b, n, size, func() func() { return consumeKgo(b, topic, n) })
 			})
 			if kgoFirst() {
 				runKepoch()
 			}
 		}
 	}
+}
+
+// consumeKepoch reads the n records of topic's benchPartitions partitions
+// from offset 0 with a new kepoch consumer (decompressing with parallel
+// goroutines) and returns the function that closes it.
+func consumeKepoch(b *testing.B, topic string, n, parallel int) (closeFn func()) {
+	cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
+		consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
+		consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel))
+	if err != nil {
+		b.Fatal(err)
+	}
+	as := make([]consumer.Assignment, benchPartitions)
+	for p := range as {
+		as[p] = consumer.Assignment{Topic: topic, Partition: int32(p), Start: consumer.At(0)}
+	}
+	if err := cons.Assign(as...); err != nil {
+		b.Fatal(err)
+	}
+	readN(b, n, func(ctx context.Context) (int, error) {
+		f, err := cons.Poll(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if len(f.Truncations)+len(f.Errors) > 0 {
+			b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
+		}
+		return len(f.Records), nil
+	})
+	return func() { cons.Close(context.Background()) }
+}
+
+// consumeKgo is consumeKepoch with franz-go's consumer, the same fetch
+// sizes.
+func consumeKgo(b *testing.B, topic string, n int) (closeFn func()) {
+	start := map[int32]kgo.Offset{}
+	for p := int32(0); p < benchPartitions; p++ {
+		start[p] = kgo.NewOffset().At(0)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchMaxBytes(benchFetchMaxBytes), kgo.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
+		kgo.FetchMaxWait(benchFetchMaxWait))
+	if err != nil {
+		b.Fatal(err)
+	}
+	readN(b, n, func(ctx context.Context) (int, error) {
+		fs := cl.PollFetches(ctx)
+		return fs.NumRecords(), fs.Err()
+	})
+	return cl.Close
 }
 
 // kgoFirst says whether the benchmarks run franz-go before kepoch in each

@@ -1,18 +1,13 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"runtime"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/internal/compress"
-	"github.com/kepoch/kepoch/producer"
 )
 
 // The paired benchmarks run kepoch and kgo in turns inside one benchmark,
@@ -84,39 +79,11 @@ func BenchmarkProducePaired(b *testing.B) {
 				n := benchRecords(size)
 				topic, _, value := produceBenchTopic(b, c, "paired", codec, size)
 				warmTopic(b, topic, n, value)
-				ctx := context.Background()
-				keys := make([][]byte, 64)
-				for i := range keys {
-					keys[i] = fmt.Appendf(nil, "key-%d", i)
-				}
-				p, err := producer.New(producer.SeedBrokers(Seeds...), producer.Compression(codec))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Close(ctx)
-				kc := kgo.NoCompression()
-				if codec == compress.Zstd {
-					kc = kgo.ZstdCompression()
-				}
-				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cl.Close()
-				pairs(b, n, func() func() {
-					produceN(b, n, func(i int, acked func(error)) {
-						r := &producer.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
-						if err := p.Produce(ctx, r, func(res producer.Result) { acked(res.Err) }); err != nil {
-							b.Fatal(err)
-						}
-					})
-					return nil
-				}, func() func() {
-					produceN(b, n, func(i int, acked func(error)) {
-						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) { acked(err) })
-					})
-					return nil
-				})
+				p := newBenchProducer(b, codec, nil)
+				cl := newBenchKgoProducer(b, codec, topic, nil)
+				pairs(b, n,
+					func() func() { produceKepoch(b, p, topic, value, n); return nil },
+					func() func() { produceKgo(b, cl, value, n); return nil })
 			})
 		}
 	}
@@ -132,49 +99,9 @@ func BenchmarkConsumePaired(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dB/paired", codec, size), func(b *testing.B) {
 				n := benchRecords(size)
 				topic := benchTopic(b, c, codec, size, n)
-				start := map[int32]kgo.Offset{}
-				for p := int32(0); p < benchPartitions; p++ {
-					start[p] = kgo.NewOffset().At(0)
-				}
-				pairs(b, n, func() func() {
-					cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
-						consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-						consumer.FetchMaxWait(benchFetchMaxWait))
-					if err != nil {
-						b.Fatal(err)
-					}
-					as := make([]consumer.Assignment, benchPartitions)
-					for p := range as {
-						as[p] = consumer.Assignment{Topic: topic, Partition: int32(p), Start: consumer.At(0)}
-					}
-					if err := cons.Assign(as...); err != nil {
-						b.Fatal(err)
-					}
-					readN(b, n, func(ctx context.Context) (int, error) {
-						f, err := cons.Poll(ctx)
-						if err != nil {
-							return 0, err
-						}
-						if len(f.Truncations)+len(f.Errors) > 0 {
-							b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
-						}
-						return len(f.Records), nil
-					})
-					return func() { cons.Close(context.Background()) }
-				}, func() func() {
-					cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...),
-						kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-						kgo.FetchMaxBytes(benchFetchMaxBytes), kgo.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-						kgo.FetchMaxWait(benchFetchMaxWait))
-					if err != nil {
-						b.Fatal(err)
-					}
-					readN(b, n, func(ctx context.Context) (int, error) {
-						fs := cl.PollFetches(ctx)
-						return fs.NumRecords(), fs.Err()
-					})
-					return cl.Close
-				})
+				pairs(b, n,
+					func() func() { return consumeKepoch(b, topic, n, 1) },
+					func() func() { return consumeKgo(b, topic, n) })
 			})
 		}
 	}

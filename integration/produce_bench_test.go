@@ -34,43 +34,15 @@ func BenchmarkProduce(b *testing.B) {
 		for _, size := range []int{100, 1024} {
 			n := benchRecords(size)
 			topic, _, value := produceBenchTopic(b, c, "produce", codec, size)
-			ctx := context.Background()
-			keys := make([][]byte, 64)
-			for i := range keys {
-				keys[i] = []byte(fmt.Sprintf("key-%d", i))
-			}
 			runKepoch := func(b *testing.B) {
 				var w produceWrites
-				p, err := producer.New(producer.SeedBrokers(Seeds...), producer.Compression(codec), producer.TransportOpts(kgo.WithHooks(&w)))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Close(ctx)
-				benchProduce(b, n, size, &w, func() {
-					produceN(b, n, func(i int, acked func(error)) {
-						r := &producer.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
-						if err := p.Produce(ctx, r, func(res producer.Result) { acked(res.Err) }); err != nil {
-							b.Fatal(err)
-						}
-					})
-				})
+				p := newBenchProducer(b, codec, &w)
+				benchProduce(b, n, size, &w, func() { produceKepoch(b, p, topic, value, n) })
 			}
 			runKgo := func(b *testing.B) {
-				kc := kgo.NoCompression()
-				if codec == compress.Zstd {
-					kc = kgo.ZstdCompression()
-				}
 				var w produceWrites
-				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic), kgo.WithHooks(&w))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cl.Close()
-				benchProduce(b, n, size, &w, func() {
-					produceN(b, n, func(i int, acked func(error)) {
-						cl.Produce(ctx, &kgo.Record{Key: keys[i%len(keys)], Value: value}, func(_ *kgo.Record, err error) { acked(err) })
-					})
-				})
+				cl := newBenchKgoProducer(b, codec, topic, &w)
+				benchProduce(b, n, size, &w, func() { produceKgo(b, cl, value, n) })
 			}
 			// A new topic's first writes are slower (segments, indexes and
 			// replica fetchers being set up): the topic is written to once
@@ -117,6 +89,71 @@ func produceBenchTopic(b *testing.B, c *Cluster, kind string, codec compress.Cod
 		value[i] = byte('a' + i%26)
 	}
 	return topic, id, value
+}
+
+// benchKeys are the keys the produce benchmarks cycle through, record i
+// taking benchKeys[i%64].
+var benchKeys = func() [][]byte {
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%d", i)
+	}
+	return keys
+}()
+
+// newBenchProducer returns a kepoch producer with codec (default options
+// otherwise; w, if not nil, counts its Produce requests), closed when b
+// ends.
+func newBenchProducer(b *testing.B, codec compress.Codec, w *produceWrites) *producer.Producer {
+	opts := []producer.Opt{producer.SeedBrokers(Seeds...), producer.Compression(codec)}
+	if w != nil {
+		opts = append(opts, producer.TransportOpts(kgo.WithHooks(w)))
+	}
+	p, err := producer.New(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// newBenchKgoProducer is newBenchProducer for franz-go's producer, which
+// writes to topic.
+func newBenchKgoProducer(b *testing.B, codec compress.Codec, topic string, w *produceWrites) *kgo.Client {
+	kc := kgo.NoCompression()
+	if codec == compress.Zstd {
+		kc = kgo.ZstdCompression()
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic)}
+	if w != nil {
+		opts = append(opts, kgo.WithHooks(w))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	return cl
+}
+
+// produceKepoch writes n records of value (keys from benchKeys) to topic
+// with p and waits for every acknowledgement.
+func produceKepoch(b *testing.B, p *producer.Producer, topic string, value []byte, n int) {
+	ctx := context.Background()
+	produceN(b, n, func(i int, acked func(error)) {
+		r := &producer.Record{Topic: topic, Key: benchKeys[i%len(benchKeys)], Value: value}
+		if err := p.Produce(ctx, r, func(res producer.Result) { acked(res.Err) }); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// produceKgo is produceKepoch with franz-go's producer.
+func produceKgo(b *testing.B, cl *kgo.Client, value []byte, n int) {
+	ctx := context.Background()
+	produceN(b, n, func(i int, acked func(error)) {
+		cl.Produce(ctx, &kgo.Record{Key: benchKeys[i%len(benchKeys)], Value: value}, func(_ *kgo.Record, err error) { acked(err) })
+	})
 }
 
 // warmTopic writes n records of value to topic with a plain kgo producer.
