@@ -78,6 +78,18 @@ func (c *Cluster) retry(ctx context.Context, fn func() error) error {
 	}
 }
 
+// atLeader runs do with the partition's current leader, again (the leader
+// looked up anew) while it fails with a retriable error.
+func (c *Cluster) atLeader(ctx context.Context, topic string, partition int32, do func(s PartitionState, leader *kgo.Broker) error) error {
+	return c.retry(ctx, func() error {
+		s, err := c.partitionState(ctx, topic, partition)
+		if err != nil {
+			return err
+		}
+		return do(s, c.admin.Broker(int(s.Leader)))
+	})
+}
+
 // retriable: a Kafka error marked retriable, or a transport error (the
 // cluster restarting); never a missing topic or an ended context.
 func retriable(err error) bool {
@@ -214,11 +226,7 @@ func (c *Cluster) partitionState(ctx context.Context, topic string, partition in
 // the new leader has been written to.
 func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch int32) (EpochEnd, error) {
 	var e EpochEnd
-	err := c.retry(ctx, func() error {
-		s, err := c.partitionState(ctx, topic, partition)
-		if err != nil {
-			return err
-		}
+	err := c.atLeader(ctx, topic, partition, func(_ PartitionState, leader *kgo.Broker) error {
 		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 		req.ReplicaID = -1
 		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
@@ -229,7 +237,7 @@ func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch i
 		rp.LeaderEpoch = epoch
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, c.admin.Broker(int(s.Leader)))
+		resp, err := req.RequestWith(ctx, leader)
 		if err != nil {
 			return err
 		}
@@ -309,11 +317,7 @@ func (c *Cluster) produce(ctx context.Context, topic string, partition int32, va
 		return 0, err
 	}
 	var base int64
-	err = c.retry(ctx, func() error {
-		s, err := c.partitionState(ctx, topic, partition)
-		if err != nil {
-			return err
-		}
+	err = c.atLeader(ctx, topic, partition, func(s PartitionState, leader *kgo.Broker) error {
 		req := kmsg.NewPtrProduceRequest()
 		req.Acks = -1
 		req.TimeoutMillis = 10_000
@@ -323,7 +327,7 @@ func (c *Cluster) produce(ctx context.Context, topic string, partition int32, va
 		rp.Partition, rp.Records = partition, records
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, c.admin.Broker(int(s.Leader)))
+		resp, err := req.RequestWith(ctx, leader)
 		if err != nil {
 			return err
 		}
