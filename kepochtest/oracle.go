@@ -78,6 +78,31 @@ func (c *Cluster) retry(ctx context.Context, fn func() error) error {
 	}
 }
 
+// listOffset asks leader ListOffsets for the partition at timestamp ts
+// (-2: the log start, -1: the log end), with the leader epoch the caller
+// knows (-1: none).
+func listOffset(ctx context.Context, leader *kgo.Broker, topic string, partition, leaderEpoch int32, ts int64) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = partition
+	rp.CurrentLeaderEpoch = leaderEpoch
+	rp.Timestamp = ts
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, leader)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("ListOffsets answered no partition")
+	}
+	p := resp.Topics[0].Partitions[0]
+	return p.Offset, kerr.ErrorForCode(p.ErrorCode)
+}
+
 // atLeader runs do with the partition's current leader, again (the leader
 // looked up anew) while it fails with a retriable error.
 func (c *Cluster) atLeader(ctx context.Context, topic string, partition int32, do func(s PartitionState, leader *kgo.Broker) error) error {
@@ -184,35 +209,11 @@ func (c *Cluster) partitionState(ctx context.Context, topic string, partition in
 			return fmt.Errorf("%w: partition %d of %d", ErrUnknownPartition, partition, len(ts.Partitions))
 		}
 		s = ts.Partitions[partition]
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.ReplicaID = -1
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		for _, ts := range []int64{-2, -1} {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition = partition
-			rp.CurrentLeaderEpoch = s.LeaderEpoch
-			rp.Timestamp = ts
-			rt.Partitions = []kmsg.ListOffsetsRequestTopicPartition{rp}
-			req.Topics = []kmsg.ListOffsetsRequestTopic{rt}
-			resp, err := req.RequestWith(ctx, c.admin.Broker(int(s.Leader)))
-			if err != nil {
-				return err
-			}
-			if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-				return fmt.Errorf("ListOffsets answered no partition")
-			}
-			rp0 := resp.Topics[0].Partitions[0]
-			if err := kerr.ErrorForCode(rp0.ErrorCode); err != nil {
-				return err
-			}
-			if ts == -2 {
-				s.LogStart = rp0.Offset
-			} else {
-				s.LogEnd = rp0.Offset
-			}
+		if s.LogStart, err = listOffset(ctx, c.admin.Broker(int(s.Leader)), topic, partition, s.LeaderEpoch, -2); err != nil {
+			return err
 		}
-		return nil
+		s.LogEnd, err = listOffset(ctx, c.admin.Broker(int(s.Leader)), topic, partition, s.LeaderEpoch, -1)
+		return err
 	})
 	return s, err
 }

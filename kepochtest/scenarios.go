@@ -240,21 +240,10 @@ func (c *Cluster) lastBatchEpoch(life <-chan struct{}, topic string, partition i
 		return -1
 	}
 	s := PartitionState{Topic: topic, Partition: partition, TopicID: id, Leader: resp.Topics[0].Partitions[partition].Leader}
-	lo := kmsg.NewPtrListOffsetsRequest()
-	lo.ReplicaID = -1
-	lt := kmsg.NewListOffsetsRequestTopic()
-	lt.Topic = topic
-	lp := kmsg.NewListOffsetsRequestTopicPartition()
-	lp.Partition = partition
-	lp.CurrentLeaderEpoch = -1
-	lp.Timestamp = -1
-	lt.Partitions = append(lt.Partitions, lp)
-	lo.Topics = append(lo.Topics, lt)
-	lresp, err := lo.RequestWith(ctx, c.probe.Broker(int(s.Leader)))
-	if err != nil || len(lresp.Topics) != 1 || len(lresp.Topics[0].Partitions) != 1 || lresp.Topics[0].Partitions[0].ErrorCode != 0 {
+	end, err := listOffset(ctx, c.probe.Broker(int(s.Leader)), topic, partition, -1, -1)
+	if err != nil {
 		return -1
 	}
-	end := lresp.Topics[0].Partitions[0].Offset
 	if end <= 0 {
 		return -1
 	}
