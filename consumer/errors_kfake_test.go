@@ -2,6 +2,8 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -347,6 +349,41 @@ func oneRecordBatch(t *testing.T, dst []byte, offset int64, epoch int32) []byte 
 // offset; nothing past it is delivered, the partition halts, and a seek past
 // it resumes.
 func TestCorruptBatchHaltsPartition(t *testing.T) {
+	testCorruptBatchHalts(t, func(t *testing.T) []byte {
+		b := oneRecordBatch(t, nil, 10, 0)
+		b = oneRecordBatch(t, b, 11, 0)
+		b[len(b)-1] ^= 0xff // the last value byte: the CRC no longer matches
+		return oneRecordBatch(t, b, 12, 0)
+	})
+}
+
+// A batch with a valid CRC whose last record is malformed fails after its
+// first records were parsed: none of them is delivered either.
+func TestMalformedRecordHaltsPartition(t *testing.T) {
+	testCorruptBatchHalts(t, func(t *testing.T) []byte {
+		b := oneRecordBatch(t, nil, 10, 0)
+		now := time.Now().UnixMilli()
+		h := batch.Header{BaseOffset: 11, BaseTimestamp: now, MaxTimestamp: now, ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}
+		var recs []batch.Record
+		for o := int64(11); o < 14; o++ {
+			recs = append(recs, batch.Record{Offset: o, Timestamp: now, Value: []byte(value(0, o))})
+		}
+		bad, err := batch.AppendBatch(nil, &h, recs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last record's header count, 0, becomes 1 with no header
+		// after it; the CRC is recomputed over the change.
+		bad[len(bad)-1] = 0x02
+		binary.BigEndian.PutUint32(bad[17:], crc32.Checksum(bad[21:], crc32.MakeTable(crc32.Castagnoli)))
+		b = append(b, bad...)
+		return oneRecordBatch(t, b, 14, 0)
+	})
+}
+
+// testCorruptBatchHalts answers the fetch from offset 10 with answer: record
+// 10, then a batch at 11 that does not decode.
+func testCorruptBatchHalts(t *testing.T, answer func(t *testing.T) []byte) {
 	c := newCluster(t, 1)
 	produceRange(t, c, 0, 0, 10)
 	cons, recs := startAt0(t, c, 10, consumer.DisableFetchSessions())
@@ -358,12 +395,9 @@ func TestCorruptBatchHaltsPartition(t *testing.T) {
 			c.KeepControl()
 			return nil, nil, false
 		}
-		b := oneRecordBatch(t, nil, 10, 0)
-		b = oneRecordBatch(t, b, 11, 0)
-		b[len(b)-1] ^= 0xff // the last value byte: the CRC no longer matches
-		b = oneRecordBatch(t, b, 12, 0)
+		b := answer(t)
 		close(answered)
-		return fetchAnswer(req, 13, b), nil, true
+		return fetchAnswer(req, 15, b), nil, true
 	})
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -397,20 +398,22 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 			p.remember(sp.batch, c.cfg.historySize)
 		}
 		p.observeEpochs(before.Offset, sp.batch)
-		for j := sp.from; j < sp.to; j++ {
-			if d.records[j].Offset < before.Offset {
-				continue
-			}
-			if !inPlace {
-				f.Records = append(f.Records, d.records[j])
-				continue
-			}
-			if w != j {
-				d.records[w] = d.records[j]
-			}
-			w++
-			f.Records = d.records[:w]
+		// Offsets rise strictly within a batch (the parser checks it), so
+		// the records below the position are a prefix of the span: skip
+		// it without reading every record again.
+		from := sp.from
+		if from < sp.to && d.records[from].Offset < before.Offset {
+			from += sort.Search(sp.to-sp.from, func(i int) bool { return d.records[sp.from+i].Offset >= before.Offset })
 		}
+		if !inPlace {
+			f.Records = append(f.Records, d.records[from:sp.to]...)
+			continue
+		}
+		if w != from {
+			copy(d.records[w:], d.records[from:sp.to])
+		}
+		w += sp.to - from
+		f.Records = d.records[:w]
 	}
 	if err := d.err; err != nil {
 		pos, _ := p.m.Position()

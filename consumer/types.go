@@ -106,11 +106,11 @@ type Header struct {
 type Record struct {
 	Topic     string
 	Partition int32
-	Offset    int64
 	// LeaderEpoch is the partition leader epoch of the batch that held the
 	// record: committing Offset+1 with this epoch lets a later consumer
 	// validate the position (KIP-320).
 	LeaderEpoch int32
+	Offset      int64
 	Timestamp   time.Time
 	Key         []byte
 	Value       []byte
