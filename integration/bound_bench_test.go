@@ -40,39 +40,44 @@ func BenchmarkConsumeBound(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dB/bound", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)
-				benchConsume(b, n, size, func() func() {
-					cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...))
-					if err != nil {
-						b.Fatal(err)
-					}
-					var got atomic.Int64
-					var wg sync.WaitGroup
-					errs := make(chan error, benchPartitions)
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					for p := int32(0); p < benchPartitions; p++ {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							// benchTopic puts partition p on broker p+1.
-							if err := fetchBound(ctx, cl.Broker(int(p+1)), topic, id, p, &got, int64(n)); err != nil {
-								errs <- err
-							}
-						}()
-					}
-					wg.Wait()
-					close(errs)
-					for err := range errs {
-						b.Fatal(err)
-					}
-					if got.Load() != int64(n) {
-						b.Fatalf("read %d records of %d", got.Load(), n)
-					}
-					return cl.Close
-				})
+				benchConsume(b, n, size, func() func() { return consumeBound(b, topic, id, n) })
 			})
 		}
 	}
+}
+
+// consumeBound reads the n records of topic (whose ID is id) from offset 0
+// the bound's way, one raw fetch loop per partition, and returns what
+// closes its connections.
+func consumeBound(b *testing.B, topic string, id [16]byte, n int) (closeFn func()) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, benchPartitions)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for p := int32(0); p < benchPartitions; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// benchTopic puts partition p on broker p+1.
+			if err := fetchBound(ctx, cl.Broker(int(p+1)), topic, id, p, &got, int64(n)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	if got.Load() != int64(n) {
+		b.Fatalf("read %d records of %d", got.Load(), n)
+	}
+	return cl.Close
 }
 
 // fetchBound reads partition p from offset 0 until the records read by all

@@ -27,7 +27,12 @@ import (
 // each moving n records; an iteration returns what ends it (closing a
 // client), which is not measured, or nil. It reports the figures.
 func pairs(b *testing.B, n int, kepoch, kgo func() (end func())) {
-	sides := [2]func() func(){kepoch, kgo}
+	pairsOf(b, n, "kepoch", kepoch, kgo)
+}
+
+// pairsOf is pairs with side, named name in the figures, in kepoch's place.
+func pairsOf(b *testing.B, n int, name string, side0, kgo func() (end func())) {
+	sides := [2]func() func(){side0, kgo}
 	for _, side := range sides { // warm up
 		if end := side(); end != nil {
 			end()
@@ -62,9 +67,9 @@ func pairs(b *testing.B, n int, kepoch, kgo func() (end func())) {
 	b.StopTimer()
 	recs := float64(n * b.N)
 	b.ReportMetric(math.Exp(logRatio/float64(b.N)), "x-kgo")
-	b.ReportMetric(recs/elapsed[0].Seconds(), "kepoch-records/s")
+	b.ReportMetric(recs/elapsed[0].Seconds(), name+"-records/s")
 	b.ReportMetric(recs/elapsed[1].Seconds(), "kgo-records/s")
-	b.ReportMetric(float64(cpu[0].Nanoseconds())/recs, "kepoch-cpu-ns/record")
+	b.ReportMetric(float64(cpu[0].Nanoseconds())/recs, name+"-cpu-ns/record")
 	b.ReportMetric(float64(cpu[1].Nanoseconds())/recs, "kgo-cpu-ns/record")
 }
 
@@ -90,17 +95,27 @@ func BenchmarkProducePaired(b *testing.B) {
 }
 
 // BenchmarkConsumePaired is BenchmarkConsume with the clients in turns:
-// each turn a new client reads the pre-produced topic from the start.
+// each turn a new client reads the pre-produced topic from the start. Its
+// bound-paired runs put BenchmarkConsumeBound's reader in kepoch's place:
+// their x-kgo is the ceiling's own multiple of kgo, measured the same way,
+// beyond which no client's x-kgo can go on this machine.
 func BenchmarkConsumePaired(b *testing.B) {
 	c := Require(b)
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
+			n := benchRecords(size)
 			b.Run(fmt.Sprintf("%s/%dB/paired", codec, size), func(b *testing.B) {
-				n := benchRecords(size)
 				topic := benchTopic(b, c, codec, size, n)
 				pairs(b, n,
 					func() func() { return consumeKepoch(b, topic, n, 1) },
+					func() func() { return consumeKgo(b, topic, n) })
+			})
+			b.Run(fmt.Sprintf("%s/%dB/bound-paired", codec, size), func(b *testing.B) {
+				topic := benchTopic(b, c, codec, size, n)
+				id := topicID(b, c, topic)
+				pairsOf(b, n, "bound",
+					func() func() { return consumeBound(b, topic, id, n) },
 					func() func() { return consumeKgo(b, topic, n) })
 			})
 		}
