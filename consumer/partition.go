@@ -285,7 +285,8 @@ func refreshReason(r seek.RefreshReason) metadata.Reason {
 type decoded struct {
 	records []Record
 	spans   []span
-	err     error // the decode error that ended the answer, if any
+	err     error    // the decode error that ended the answer, if any
+	bufs    [][]byte // recycled buffers the records' keys and values are in
 }
 
 // span is one decoded batch: its digest (offsets, leader epoch, producer,
@@ -299,7 +300,17 @@ type span struct {
 // from offset start (records below it are left out). It runs in the fetch
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
-	d := &decoded{records: make([]Record, 0, countRecords(rp.RecordBatches))}
+	d := &decoded{records: c.mem.records(countRecords(rp.RecordBatches))}
+	var buffer func(int) []byte
+	if c.mem.active.Load() {
+		// The application releases its records: decompress into
+		// released memory (its keys and values are released with them).
+		buffer = func(n int) []byte {
+			b := c.mem.buffer(n)
+			d.bufs = append(d.bufs, b)
+			return b
+		}
+	}
 	it.ResetFetch(rp, batch.Options{
 		Topic:         tp.Topic,
 		StartOffset:   start,
@@ -310,6 +321,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		// their batch's own decompressed bytes, which nothing reuses:
 		// the records keep them without a copy.
 		OwnPayload: true,
+		Buffer:     buffer,
 	})
 	for it.Next() {
 		bt := it.Batch()
@@ -355,7 +367,9 @@ func (c *Consumer) collectLocked() Fetches {
 	if len(take) > 1 {
 		// One answer's records are returned as they are; several are
 		// copied into one slice, sized once.
-		f.Records = make([]Record, 0, n)
+		f.Records = c.mem.records(n)
+		m := f.memory(c.mem)
+		m.slabs = append(m.slabs, f.Records)
 	}
 	for _, p := range take {
 		c.deliverLocked(p, &f, len(take) == 1)
@@ -381,8 +395,14 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 
 	d := b.d
 	w := 0 // in place: the records kept end at w
+	m := f.memory(c.mem)
+	m.bufs = append(m.bufs, d.bufs...)
 	if inPlace {
 		f.Records = d.records[:0]
+		m.slabs = append(m.slabs, d.records)
+	} else if c.mem.active.Load() {
+		// The records are copied out: the answer's slice is free now.
+		defer c.mem.release(&pollMemory{slabs: [][]Record{d.records}})
 	}
 	for _, sp := range d.spans {
 		before, _ := p.m.Position()
@@ -429,8 +449,8 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
 }
 
-// record fills rec, a zeroed slot, with the record r of batch h of
-// partition tp.
+// record fills rec, a slot of a new or recycled slice, with the record r of
+// batch h of partition tp.
 func record(rec *Record, tp TopicPartition, h *batch.Header, r *batch.Record) {
 	// Field by field into the zeroed slot: a struct literal would be built
 	// aside and copied in whole with bulk write barriers (a fifth of a
@@ -439,6 +459,7 @@ func record(rec *Record, tp TopicPartition, h *batch.Header, r *batch.Record) {
 	rec.Timestamp = time.UnixMilli(r.Timestamp)
 	rec.Key, rec.Value = r.Key, r.Value
 	rec.ProducerID, rec.ProducerEpoch = h.ProducerID, h.ProducerEpoch
+	rec.Headers = nil // a recycled slot holds an earlier record's
 	if len(r.Headers) > 0 {
 		rec.Headers = make([]Header, len(r.Headers))
 		for i, hd := range r.Headers {

@@ -279,6 +279,16 @@ type Fetches struct {
 	// *errors.PartitionError for a non-retriable broker error or corrupt
 	// data).
 	Errors []error
+
+	mem *pollMemory // what Release hands back
+}
+
+// memory returns f's recyclable memory record, made on first use.
+func (f *Fetches) memory(r *recycler) *pollMemory {
+	if f.mem == nil {
+		f.mem = &pollMemory{r: r}
+	}
+	return f.mem
 }
 
 // Empty reports whether the Fetches hold nothing.

@@ -123,6 +123,15 @@ func TestParallelMatchesSequential(t *testing.T) {
 				o.Parallel = par
 				sameSeen(t, fmt.Sprintf("%+v", o), iterate(fetch, o), want)
 			}
+			// Own payloads in supplied memory that is not zeroed.
+			supplied := 0
+			so := o
+			so.Parallel, so.OwnPayload = 0, true
+			so.Buffer = func(n int) []byte { supplied++; return poisoned(n) }
+			sameSeen(t, fmt.Sprintf("supplied %+v", o), iterate(fetch, so), want)
+			if supplied == 0 {
+				t.Fatal("no batch was decompressed into a supplied buffer")
+			}
 		}
 	}
 }

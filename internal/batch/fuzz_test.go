@@ -48,7 +48,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // a known identity; every yielded batch has a valid CRC, and flipping any
 // byte its CRC covers makes it fail with no records; re-encoding a yielded
 // batch and decoding it again gives the same header and records; the
-// decoding modes (Parallel, OwnPayload) yield the same.
+// decoding modes (Parallel, OwnPayload, supplied Buffers) yield the same.
 func FuzzDecode(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -68,6 +68,9 @@ func FuzzDecode(f *testing.F) {
 			sameSeen(t, "parallel", iterate(data, o), want)
 			o.Parallel, o.OwnPayload = 0, true
 			sameSeen(t, "own payload", iterate(data, o), want)
+			// Into supplied memory that is not zeroed.
+			o.Buffer = poisoned
+			sameSeen(t, "supplied buffers", iterate(data, o), want)
 		}
 		// Most mutations break the CRC; decoding a copy with the CRCs
 		// repaired lets the fuzzer reach the record parser.
@@ -75,6 +78,16 @@ func FuzzDecode(f *testing.F) {
 			checkDecode(t, fixed, small)
 		}
 	})
+}
+
+// poisoned is an Options.Buffer whose memory is not zeroed: a decoder
+// that read what it did not write would see 0xa5 bytes.
+func poisoned(n int) []byte {
+	b := make([]byte, n+n/3)
+	for i := range b {
+		b[i] = 0xa5
+	}
+	return b[:n/2]
 }
 
 // fixCRCs returns a copy of data with the CRC of every complete v2 batch

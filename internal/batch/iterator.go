@@ -51,6 +51,13 @@ type Options struct {
 	// Retain, which implies it). One allocation per compressed batch, of
 	// its decompressed size.
 	OwnPayload bool
+	// Buffer, with OwnPayload, supplies the memory a compressed batch is
+	// decompressed into when its output size is declared up front
+	// (compress.DecodedCap): a slice of at least n bytes of capacity,
+	// whose contents do not matter, which the batch's keys and values
+	// then alias as it is (it is not copied to an exact size). Batches
+	// of undeclared size, and those decompressed ahead, do not use it.
+	Buffer func(n int) []byte
 	// Decompressor decompresses payloads; nil uses a shared one bounded
 	// at compress.DefaultMaxDecompressedSize.
 	Decompressor *compress.Decompressor
@@ -309,9 +316,14 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 	data := payload
 	if codec := h.Attributes.Codec(); codec != compress.None && (n > 0 || len(payload) > 0) {
 		out, ok, err := it.takeAhead()
-		reused := false
+		reused, supplied := false, 0
+		if !ok && it.ownPayload() && it.o.Buffer != nil {
+			supplied = compress.DecodedCap(payload, codec, it.d.Max())
+		}
 		switch {
 		case ok:
+		case supplied > 0:
+			out, err = it.d.Decompress(it.o.Buffer(supplied)[:0], payload, codec)
 		case it.ownPayload() && compress.GrowsOnce(payload, codec):
 			out, err = it.d.Decompress(nil, payload, codec)
 		default:
@@ -323,7 +335,7 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 		if err != nil {
 			return nil, it.fail(h.BaseOffset, err, "records do not decompress")
 		}
-		if it.ownPayload() && (reused || cap(out)-len(out) > len(out)/8+4096) {
+		if it.ownPayload() && supplied == 0 && (reused || cap(out)-len(out) > len(out)/8+4096) {
 			// Out of the reused buffer, or out of one grown by
 			// doubling (decompressed ahead), which is not to be kept
 			// with the batch's keys and values: an exact copy.

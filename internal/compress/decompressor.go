@@ -169,6 +169,32 @@ func GrowsOnce(src []byte, codec Codec) bool {
 	return false
 }
 
+// DecodedCap returns the capacity a buffer needs for Decompress to write
+// src's output into it without growing it, when src says so up front: raw
+// snappy, and zstd frames that declare their content size within max
+// bytes. It is 0 when the output grows as it is read (gzip, lz4, xerial
+// snappy) or src's header does not tell.
+func DecodedCap(src []byte, codec Codec, max int) int {
+	switch codec {
+	case Snappy:
+		if isXerial(src) {
+			return 0
+		}
+		if n, err := s2.DecodedLen(src); err == nil && n <= max {
+			return n
+		}
+	case Zstd:
+		var zh zstd.Header
+		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(max) {
+			return int(zh.FrameContentSize) + zstdSlack
+		}
+	}
+	return 0
+}
+
+// Max returns the decompressed size bound of d.
+func (d *Decompressor) Max() int { return d.max }
+
 // zstdSlack is the spare capacity kept past a zstd frame's content size.
 const zstdSlack = 1024
 

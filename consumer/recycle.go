@@ -1,0 +1,107 @@
+package consumer
+
+// recycle.go: the memory Fetches.Release hands back: the record slices Poll
+// returns and the buffers compressed batches are decompressed into, reused
+// by later fetches instead of allocated (and zeroed, and collected) anew.
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// recycled is the process's recycler, shared by its consumers: memory one
+// releases serves all (a consumer's lifetime is no bound on it).
+var recycled recycler
+
+// recycler keeps released record slices and decompression buffers in
+// size classes of powers of two (class c holds capacities in [2^c,
+// 2^(c+1))). It is idle until the application first releases a Fetches:
+// until then every allocation is exact, as if it did not exist. Its pools
+// are sync.Pools, emptied by the garbage collector, so it holds nothing an
+// idle process would keep forever.
+type recycler struct {
+	active atomic.Bool
+	slabs  [bits.UintSize]sync.Pool // *[]Record
+	bufs   [bits.UintSize]sync.Pool // *[]byte
+}
+
+// classes returns the class a request for n must come from (every
+// capacity in it is at least n) and the capacity a new allocation for the
+// class gets.
+func classes(n int) (class int, alloc int) {
+	if n <= 1 {
+		return 0, 1
+	}
+	c := bits.Len(uint(n - 1)) // 2^c ≥ n > 2^(c-1)
+	return c, 1 << c
+}
+
+// putClass is the class a slice of capacity n goes back to.
+func putClass(n int) int { return bits.Len(uint(n)) - 1 }
+
+// records returns an empty record slice with room for n records: a
+// released one of that capacity or more, or a new one.
+func (r *recycler) records(n int) []Record {
+	if !r.active.Load() {
+		return make([]Record, 0, n)
+	}
+	c, alloc := classes(n)
+	if v, ok := r.slabs[c].Get().(*[]Record); ok {
+		return (*v)[:0]
+	}
+	return make([]Record, 0, alloc)
+}
+
+// buffer returns a byte slice with a capacity of n or more; its contents
+// are whatever a previous use left.
+func (r *recycler) buffer(n int) []byte {
+	c, alloc := classes(n)
+	if v, ok := r.bufs[c].Get().(*[]byte); ok {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, alloc)
+}
+
+// release takes back the memory of a released Fetches.
+func (r *recycler) release(m *pollMemory) {
+	r.active.Store(true)
+	for _, s := range m.slabs {
+		if cap(s) > 0 {
+			s = s[:0]
+			r.slabs[putClass(cap(s))].Put(&s)
+		}
+	}
+	for _, b := range m.bufs {
+		if cap(b) > 0 {
+			b = b[:0]
+			r.bufs[putClass(cap(b))].Put(&b)
+		}
+	}
+}
+
+// pollMemory is the recyclable memory behind the records of one Poll: the
+// record slices and decompression buffers they live in.
+type pollMemory struct {
+	r        *recycler
+	released atomic.Bool
+	slabs    [][]Record
+	bufs     [][]byte
+}
+
+// Release hands the memory of f's records back to the consumer, which
+// reuses it for the records of later polls instead of allocating more:
+// with small compressed records, most of a consumer's garbage. After it,
+// f.Records and the keys, values and headers of every record in it must
+// not be used (copy what you keep before). Calling it is optional: memory
+// that is not released is collected by the garbage collector as usual. It
+// sets f.Records to nil; releasing twice, or through a copy of f, has no
+// further effect.
+func (f *Fetches) Release() {
+	m := f.mem
+	f.Records, f.mem = nil, nil
+	if m == nil || m.released.Swap(true) {
+		return
+	}
+	m.r.release(m)
+}

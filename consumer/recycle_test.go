@@ -1,0 +1,93 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kepoch/kepoch/consumer"
+)
+
+// Records of a poll whose predecessor was released are intact: the
+// released memory is reused (the keys and values of compressed batches are
+// decompressed into it, the records written over it) and nothing of a
+// poll's records is overwritten while it is held. Every record arrives
+// once, in order, with its own value, under each codec, with headers.
+func TestReleaseReusesMemory(t *testing.T) {
+	codecs := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "zstd": kgo.ZstdCompression(), "snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression()}
+	for name, codec := range codecs {
+		t.Run(name, func(t *testing.T) {
+			const parts, per = 3, 3000
+			c := newCluster(t, parts)
+			for p := int32(0); p < parts; p++ {
+				produceRange(t, c, p, 0, per, kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(2*time.Millisecond),
+					kgo.MaxBufferedRecords(200))
+			}
+			// Small fetches: many polls, each released before the next.
+			cons := newConsumer(t, c, consumer.FetchMaxPartitionBytes(1<<10), consumer.FetchMaxBytes(4<<10))
+			var as []consumer.Assignment
+			for p := int32(0); p < parts; p++ {
+				as = append(as, consumer.Assignment{Topic: topic, Partition: p, Start: consumer.At(0)})
+			}
+			if err := cons.Assign(as...); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			next := map[int32]int64{}
+			var held consumer.Fetches // one poll kept across the next
+			var heldValues [][]byte
+			polls := 0
+			for got := 0; got < parts*per; {
+				f, err := cons.Poll(ctx)
+				if err != nil {
+					t.Fatalf("poll after %d records: %v", got, err)
+				}
+				if len(f.Errors)+len(f.Truncations) > 0 {
+					t.Fatalf("errors %v truncations %v", f.Errors, f.Truncations)
+				}
+				polls++
+				for _, r := range f.Records {
+					if r.Offset != next[r.Partition] {
+						t.Fatalf("partition %d: offset %d, want %d", r.Partition, r.Offset, next[r.Partition])
+					}
+					if want := fmt.Sprintf("p%d-%d", r.Partition, r.Offset); string(r.Value) != want {
+						t.Fatalf("partition %d offset %d: value %q, want %q", r.Partition, r.Offset, r.Value, want)
+					}
+					next[r.Partition]++
+				}
+				got += len(f.Records)
+				// The poll held since the last round still has its
+				// values: nothing reused memory it is in.
+				for i, r := range held.Records {
+					if !bytes.Equal(r.Value, heldValues[i]) {
+						t.Fatalf("a held record's value changed from %q to %q", heldValues[i], r.Value)
+					}
+				}
+				held.Release()
+				held, heldValues = consumer.Fetches{}, nil
+				if polls%2 == 0 {
+					held = f
+					for _, r := range f.Records {
+						heldValues = append(heldValues, bytes.Clone(r.Value))
+					}
+					continue
+				}
+				// Released at once, twice: through a copy and itself.
+				cp := f
+				cp.Release()
+				if cp.Records != nil {
+					t.Fatal("Release left Records set")
+				}
+				f.Release()
+			}
+			if polls < 10 {
+				t.Fatalf("only %d polls: the test needs many", polls)
+			}
+		})
+	}
+}
