@@ -100,9 +100,12 @@ func deleteBenchTopics(b *testing.B, c *Cluster) {
 // reads a pre-produced topic of 3 partitions (one per broker) from the start
 // to the end, with the same fetch sizes for both clients (50 MiB per fetch,
 // 1 MiB per partition). A new client per iteration keeps a fetch left in
-// flight by the previous iteration out of the measurement. Reported:
-// records/s, MB/s of record values, and the process's user+system CPU time
-// per record.
+// flight by the previous iteration out of the measurement. Each client runs
+// as an application uses it by default (kepoch, kgo) and with the memory of
+// consumed records handed back for reuse (kepoch-release: Fetches.Release;
+// kgo-pooled: WithPools and Record.Recycle, with pools like kepoch's):
+// compare like with like. Reported: records/s, MB/s of record values, and
+// the process's user+system CPU time per record.
 //
 //	KEPOCH_KAFKA=1 go test -run '^$' -bench BenchmarkConsume -count 6 ./integration/
 func BenchmarkConsume(b *testing.B) {
@@ -111,25 +114,39 @@ func BenchmarkConsume(b *testing.B) {
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := benchRecords(size)
-			kepoch := func(b *testing.B, parallel int) {
-				topic := benchTopic(b, c, codec, size, n)
-				benchConsume(b, n, size, func() func() { return consumeKepoch(b, topic, n, parallel) })
+			run := func(client string, consume func(topic string) func() func()) {
+				b.Run(fmt.Sprintf("%s/%dB/%s", codec, size, client), func(b *testing.B) {
+					topic := benchTopic(b, c, codec, size, n)
+					benchConsume(b, n, size, consume(topic))
+				})
 			}
 			runKepoch := func() {
-				b.Run(fmt.Sprintf("%s/%dB/kepoch", codec, size), func(b *testing.B) { kepoch(b, 1) })
+				run("kepoch", func(topic string) func() func() {
+					return func() func() { return consumeKepoch(b, topic, n, 1, false) }
+				})
+				run("kepoch-release", func(topic string) func() func() {
+					return func() func() { return consumeKepoch(b, topic, n, 1, true) }
+				})
 				if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
-					b.Run(fmt.Sprintf("%s/%dB/kepoch-parallel", codec, size), func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+					run("kepoch-parallel", func(topic string) func() func() {
+						return func() func() { return consumeKepoch(b, topic, n, runtime.GOMAXPROCS(0), false) }
+					})
 				}
 			}
-			if !kgoFirst() {
-				runKepoch()
+			runKgo := func() {
+				run("kgo", func(topic string) func() func() {
+					return func() func() { return consumeKgo(b, topic, n, false) }
+				})
+				run("kgo-pooled", func(topic string) func() func() {
+					return func() func() { return consumeKgo(b, topic, n, true) }
+				})
 			}
-			b.Run(fmt.Sprintf("%s/%dB/kgo", codec, size), func(b *testing.B) {
-				topic := benchTopic(b, c, codec, size, n)
-				benchConsume(b, n, size, func() func() { return consumeKgo(b, topic, n) })
-			})
 			if kgoFirst() {
+				runKgo()
 				runKepoch()
+			} else {
+				runKepoch()
+				runKgo()
 			}
 		}
 	}
@@ -137,8 +154,9 @@ func BenchmarkConsume(b *testing.B) {
 
 // consumeKepoch reads the n records of topic's benchPartitions partitions
 // from offset 0 with a new kepoch consumer (decompressing with parallel
-// goroutines) and returns the function that closes it.
-func consumeKepoch(b *testing.B, topic string, n, parallel int) (closeFn func()) {
+// goroutines), releasing each poll's records after counting them with
+// release, and returns the function that closes it.
+func consumeKepoch(b *testing.B, topic string, n, parallel int, release bool) (closeFn func()) {
 	cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
 		consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
 		consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel))
@@ -161,30 +179,40 @@ func consumeKepoch(b *testing.B, topic string, n, parallel int) (closeFn func())
 			b.Fatalf("events %v errors %v", f.Truncations, f.Errors)
 		}
 		n := len(f.Records)
-		// Done with the records: their memory serves the next polls.
-		f.Release()
+		if release {
+			f.Release()
+		}
 		return n, nil
 	})
 	return func() { cons.Close(context.Background()) }
 }
 
 // consumeKgo is consumeKepoch with franz-go's consumer, the same fetch
-// sizes.
-func consumeKgo(b *testing.B, topic string, n int) (closeFn func()) {
+// sizes; with pooled, its pools (sharedKgoPools) and every record recycled
+// after counting.
+func consumeKgo(b *testing.B, topic string, n int, pooled bool) (closeFn func()) {
 	start := map[int32]kgo.Offset{}
 	for p := int32(0); p < benchPartitions; p++ {
 		start[p] = kgo.NewOffset().At(0)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...),
+	opts := []kgo.Opt{kgo.SeedBrokers(Seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchMaxBytes(benchFetchMaxBytes), kgo.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-		kgo.FetchMaxWait(benchFetchMaxWait))
+		kgo.FetchMaxWait(benchFetchMaxWait)}
+	if pooled {
+		opts = append(opts, kgo.WithPools(sharedKgoPools))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	readN(b, n, func(ctx context.Context) (int, error) {
 		fs := cl.PollFetches(ctx)
-		return fs.NumRecords(), fs.Err()
+		k := fs.NumRecords()
+		if pooled {
+			fs.EachRecord(func(r *kgo.Record) { r.Recycle() })
+		}
+		return k, fs.Err()
 	})
 	return cl.Close
 }

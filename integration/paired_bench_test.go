@@ -95,28 +95,37 @@ func BenchmarkProducePaired(b *testing.B) {
 }
 
 // BenchmarkConsumePaired is BenchmarkConsume with the clients in turns:
-// each turn a new client reads the pre-produced topic from the start. Its
-// bound-paired runs put BenchmarkConsumeBound's reader in kepoch's place:
-// their x-kgo is the ceiling's own multiple of kgo, measured the same way,
-// beyond which no client's x-kgo can go on this machine.
+// each turn a new client reads the pre-produced topic from the start. The
+// paired runs use each client as it is by default, the pooled-paired runs
+// with the memory of consumed records handed back (kepoch-release against
+// kgo-pooled). The bound-paired runs put BenchmarkConsumeBound's reader in
+// kepoch's place: their x-kgo is the ceiling's own multiple of kgo,
+// measured the same way, beyond which no client's x-kgo can go on this
+// machine.
 func BenchmarkConsumePaired(b *testing.B) {
 	c := Require(b)
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := benchRecords(size)
-			b.Run(fmt.Sprintf("%s/%dB/paired", codec, size), func(b *testing.B) {
-				topic := benchTopic(b, c, codec, size, n)
-				pairs(b, n,
-					func() func() { return consumeKepoch(b, topic, n, 1) },
-					func() func() { return consumeKgo(b, topic, n) })
-			})
+			for _, pooled := range []bool{false, true} {
+				name := "paired"
+				if pooled {
+					name = "pooled-paired"
+				}
+				b.Run(fmt.Sprintf("%s/%dB/%s", codec, size, name), func(b *testing.B) {
+					topic := benchTopic(b, c, codec, size, n)
+					pairs(b, n,
+						func() func() { return consumeKepoch(b, topic, n, 1, pooled) },
+						func() func() { return consumeKgo(b, topic, n, pooled) })
+				})
+			}
 			b.Run(fmt.Sprintf("%s/%dB/bound-paired", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)
 				pairsOf(b, n, "bound",
 					func() func() { return consumeBound(b, topic, id, n) },
-					func() func() { return consumeKgo(b, topic, n) })
+					func() func() { return consumeKgo(b, topic, n, false) })
 			})
 		}
 	}
