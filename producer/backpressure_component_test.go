@@ -104,10 +104,10 @@ func TestCloseWithDeadlineWhileHeld(t *testing.T) {
 	}
 	ctx := testCtx(t, 15*time.Second)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a"), prec(1, "b")))
-	release := holdProduce(c, 0)
+	release, held := holdProduceSeen(c, 0)
 	defer release()
-	onWire := sendAsync(t, ctx, p, prec(0, "c"))
-	time.Sleep(50 * time.Millisecond)
+	wired := sendAsync(t, ctx, p, prec(0, "c"))
+	onWire(t, held)
 	queued := sendAsync(t, ctx, p, prec(0, "d"), prec(0, "e"))
 
 	closeCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -119,7 +119,7 @@ func TestCloseWithDeadlineWhileHeld(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("Close took %v", el)
 	}
-	rc := onWire.wait(time.Second)[0]
+	rc := wired.wait(time.Second)[0]
 	if !errors.Is(rc.Err, errors.ErrClosed) || !errors.Is(rc.Err, errors.ErrUnknownOutcome) {
 		t.Fatalf("record on the wire: %v", rc.Err)
 	}

@@ -19,11 +19,22 @@ import (
 // first skip ones) until release is closed; held requests are then
 // processed normally.
 func holdProduce(c *kfake.Cluster, skip int32) (release func()) {
+	release, _ = holdProduceSeen(c, skip)
+	return release
+}
+
+// holdProduceSeen is holdProduce that also says when the first request it
+// holds has arrived (the records in it are on the wire).
+func holdProduceSeen(c *kfake.Cluster, skip int32) (release func(), held <-chan struct{}) {
 	ch := make(chan struct{})
+	seen := make(chan struct{})
 	var n atomic.Int32
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if n.Add(1) > skip {
+		if k := n.Add(1); k > skip {
+			if k == skip+1 {
+				close(seen)
+			}
 			select {
 			case <-ch:
 			default:
@@ -37,6 +48,16 @@ func holdProduce(c *kfake.Cluster, skip int32) (release func()) {
 		if once.CompareAndSwap(false, true) {
 			close(ch)
 		}
+	}, seen
+}
+
+// onWire waits until held (from holdProduceSeen) says a request is held.
+func onWire(t *testing.T, held <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Produce request reached the broker")
 	}
 }
 
@@ -49,13 +70,13 @@ func TestDeliveryTimeoutOnTheWireVersusNeverSent(t *testing.T) {
 	c := newCluster(t, 1)
 	p, rec := newRecorded(t, c, producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(700*time.Millisecond))
 	ctx := testCtx(t, 10*time.Second)
-	release := holdProduce(c, 0)
+	release, held := holdProduceSeen(c, 0)
 	defer release()
-	onWire := sendAsync(t, ctx, p, prec(0, "a"))
-	time.Sleep(50 * time.Millisecond) // "a" is on the wire; the partition sends one batch at a time before its first ack
+	first := sendAsync(t, ctx, p, prec(0, "a"))
+	onWire(t, held) // the partition sends one batch at a time before its first ack
 	queued := sendAsync(t, ctx, p, prec(0, "b"))
 	start := time.Now()
-	ra := onWire.wait(3 * time.Second)[0]
+	ra := first.wait(3 * time.Second)[0]
 	rb := queued.wait(3 * time.Second)[0]
 	if el := time.Since(start); el < 500*time.Millisecond {
 		t.Fatalf("failed after %v, before the delivery timeout", el)
@@ -114,11 +135,11 @@ func TestFatalErrorsFailEverythingPending(t *testing.T) {
 			// answered: partition 0 with the fatal code, the others
 			// acknowledged.
 			c.Fault(produceFault(0, code))
-			release := holdProduce(c, 0)
+			release, held := holdProduceSeen(c, 0)
 			defer release()
 			first := sendAsync(t, ctx, p, prec(0, "a0"), prec(1, "b0"), prec(2, "c0"))
 			go p.Flush(ctx)
-			time.Sleep(50 * time.Millisecond)
+			onWire(t, held)
 			rest := sendAsync(t, ctx, p, prec(0, "a1"), prec(1, "b1"), prec(2, "c1"), prec(0, "a2"))
 			release()
 			r1 := first.wait(5 * time.Second)

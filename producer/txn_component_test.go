@@ -110,10 +110,10 @@ func TestTxnAbortableFailsBufferedRecords(t *testing.T) {
 	// transaction must abort. Meanwhile partition 1 cannot join the
 	// transaction: its record stays buffered.
 	c.Fault(produceFault(0, kerr.TransactionAbortable))
-	release := holdProduce(c, 0)
+	release, held := holdProduceSeen(c, 0)
 	defer release()
 	refused := sendAsync(t, ctx, p, prec(0, "x"))
-	time.Sleep(50 * time.Millisecond)
+	onWire(t, held)
 	add := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Topic: topic, Partitions: []int32{1}, Err: kerr.ConcurrentTransactions, Count: -1})
 	waiting := sendAsync(t, ctx, p, prec(1, "z"))
 	if err := add.Wait(ctx, 2); err != nil {
