@@ -17,11 +17,17 @@ const (
 	errOverflow  = -2
 )
 
-// readVarint reads an int32 varint at b[p:].
+// readVarint reads an int32 varint at b[p:]. One- and two-byte varints (a
+// record's lengths and deltas, mostly) are read in line.
 func readVarint(b []byte, p int) (int32, int) {
-	if p < len(b) {
-		if c := b[p]; c < 0x80 {
+	if p+1 < len(b) {
+		c, d := b[p], b[p+1]
+		if c < 0x80 {
 			return int32(c>>1) ^ -int32(c&1), p + 1
+		}
+		if d < 0x80 {
+			u := uint32(c&0x7f) | uint32(d)<<7
+			return int32(u>>1) ^ -int32(u&1), p + 2
 		}
 	}
 	return readVarintSlow(b, p)
