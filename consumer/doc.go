@@ -11,6 +11,7 @@
 //		// f.Truncations: each break of a partition's lineage, once, before
 //		//   any record of the new lineage; f.Errors: halts, typed errors.
 //		// process f.Records (each carries its LeaderEpoch)
+//		f.Release() // optional: their memory serves the next polls
 //		c.CommitSync(ctx, nil) // offsets with their leader epochs
 //	}
 //
