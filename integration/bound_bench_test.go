@@ -169,65 +169,75 @@ func BenchmarkProduceBound(b *testing.B) {
 		for _, size := range []int{100, 1024} {
 			n := benchRecords(size)
 			topic, id, value := produceBenchTopic(b, c, "bound", codec, size)
-			// One batch of as many records as fit in 1000012 bytes
-			// uncompressed (kgo's and the broker's default limit).
-			spec := batch.DefaultSpec()
-			spec.Codec = codec
-			bld := batch.NewBuilder(nil)
-			bld.Reset(spec)
-			for i := 0; bld.Size()+batch.RecordSize([]byte("key-00"), value, nil) <= 1_000_012; i++ {
-				if err := bld.Append(time.Now().UnixMilli(), fmt.Appendf(nil, "key-%d", i%64), value, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			per := bld.Len()
-			enc, err := bld.Finish()
-			if err != nil {
-				b.Fatal(err)
-			}
-			enc = append([]byte(nil), enc...)
 			warmTopic(b, topic, n, value)
 			b.Run(fmt.Sprintf("%s/%dB/bound", codec, size), func(b *testing.B) {
-				cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cl.Close()
-				// Whole batches: each partition gets requests/3 of them.
-				requests := (n + per - 1) / per
-				requests += (benchPartitions - requests%benchPartitions) % benchPartitions
-				run := func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					var wg sync.WaitGroup
-					errs := make(chan error, benchPartitions*5)
-					for p := int32(0); p < benchPartitions; p++ {
-						var left atomic.Int64
-						left.Store(int64(requests / benchPartitions))
-						for range 5 {
-							wg.Add(1)
-							go func() {
-								defer wg.Done()
-								for left.Add(-1) >= 0 {
-									// Partition p is led by broker p+1.
-									if err := produceBound(ctx, cl.Broker(int(p+1)), topic, id, p, enc); err != nil {
-										errs <- err
-										return
-									}
-								}
-							}()
-						}
-					}
-					wg.Wait()
-					close(errs)
-					for err := range errs {
-						b.Fatal(err)
-					}
-				}
-				benchProduce(b, requests*per, size, nil, run)
+				run, records, closeFn := produceBoundRun(b, codec, topic, id, value, n)
+				defer closeFn()
+				benchProduce(b, records, size, nil, run)
 			})
 		}
 	}
+}
+
+// produceBoundRun returns the bound's way of writing about n records of
+// value to topic (whose ID is id): one batch encoded up front, resent by raw
+// Produce requests in whole batches, the same number to each partition. It
+// returns the function that writes them, how many records that is, and
+// what closes its connections.
+func produceBoundRun(b *testing.B, codec compress.Codec, topic string, id [16]byte, value []byte, n int) (run func(), records int, closeFn func()) {
+	// One batch of as many records as fit in 1000012 bytes
+	// uncompressed (kgo's and the broker's default limit).
+	spec := batch.DefaultSpec()
+	spec.Codec = codec
+	bld := batch.NewBuilder(nil)
+	bld.Reset(spec)
+	for i := 0; bld.Size()+batch.RecordSize([]byte("key-00"), value, nil) <= 1_000_012; i++ {
+		if err := bld.Append(time.Now().UnixMilli(), fmt.Appendf(nil, "key-%d", i%64), value, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := bld.Len()
+	enc, err := bld.Finish()
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc = append([]byte(nil), enc...)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Whole batches: each partition gets requests/3 of them.
+	requests := (n + per - 1) / per
+	requests += (benchPartitions - requests%benchPartitions) % benchPartitions
+	run = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, benchPartitions*5)
+		for p := int32(0); p < benchPartitions; p++ {
+			var left atomic.Int64
+			left.Store(int64(requests / benchPartitions))
+			for range 5 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for left.Add(-1) >= 0 {
+						// Partition p is led by broker p+1.
+						if err := produceBound(ctx, cl.Broker(int(p+1)), topic, id, p, enc); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+	}
+	return run, requests * per, cl.Close
 }
 
 // produceBound sends records, one encoded batch, to partition p with a raw

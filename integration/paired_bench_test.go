@@ -27,11 +27,12 @@ import (
 // each moving n records; an iteration returns what ends it (closing a
 // client), which is not measured, or nil. It reports the figures.
 func pairs(b *testing.B, n int, kepoch, kgo func() (end func())) {
-	pairsOf(b, n, "kepoch", kepoch, kgo)
+	pairsOf(b, n, n, "kepoch", kepoch, kgo)
 }
 
-// pairsOf is pairs with side, named name in the figures, in kepoch's place.
-func pairsOf(b *testing.B, n int, name string, side0, kgo func() (end func())) {
+// pairsOf is pairs with side0, named name in the figures and moving n0
+// records an iteration, in kepoch's place (kgo moves n).
+func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func())) {
 	sides := [2]func() func(){side0, kgo}
 	for _, side := range sides { // warm up
 		if end := side(); end != nil {
@@ -62,32 +63,45 @@ func pairsOf(b *testing.B, n int, name string, side0, kgo func() (end func())) {
 		}
 		elapsed[0] += took[0]
 		elapsed[1] += took[1]
-		logRatio += math.Log(took[1].Seconds() / took[0].Seconds())
+		// Throughput ratio of the pair.
+		logRatio += math.Log(float64(n0) / took[0].Seconds() / (float64(n) / took[1].Seconds()))
 	}
 	b.StopTimer()
-	recs := float64(n * b.N)
+	recs0, recs := float64(n0*b.N), float64(n*b.N)
 	b.ReportMetric(math.Exp(logRatio/float64(b.N)), "x-kgo")
-	b.ReportMetric(recs/elapsed[0].Seconds(), name+"-records/s")
+	b.ReportMetric(recs0/elapsed[0].Seconds(), name+"-records/s")
 	b.ReportMetric(recs/elapsed[1].Seconds(), "kgo-records/s")
-	b.ReportMetric(float64(cpu[0].Nanoseconds())/recs, name+"-cpu-ns/record")
+	b.ReportMetric(float64(cpu[0].Nanoseconds())/recs0, name+"-cpu-ns/record")
 	b.ReportMetric(float64(cpu[1].Nanoseconds())/recs, "kgo-cpu-ns/record")
 }
 
 // BenchmarkProducePaired is BenchmarkProduce with the clients in turns: the
 // same topic (3 partitions, replication factor 3), records, acks=all and
-// idempotence; one producer of each kind for the whole benchmark.
+// idempotence; one producer of each kind for the whole benchmark. Its
+// bound-paired runs put BenchmarkProduceBound's raw requests in kepoch's
+// place, so the ceiling's multiple of kgo is measured the same way.
 func BenchmarkProducePaired(b *testing.B) {
 	c := Require(b)
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
+			n := benchRecords(size)
 			b.Run(fmt.Sprintf("%s/%dB/paired", codec, size), func(b *testing.B) {
-				n := benchRecords(size)
 				topic, _, value := produceBenchTopic(b, c, "paired", codec, size)
 				warmTopic(b, topic, n, value)
 				p := newBenchProducer(b, codec, nil)
 				cl := newBenchKgoProducer(b, codec, topic, nil)
 				pairs(b, n,
 					func() func() { produceKepoch(b, p, topic, value, n); return nil },
+					func() func() { produceKgo(b, cl, value, n); return nil })
+			})
+			b.Run(fmt.Sprintf("%s/%dB/bound-paired", codec, size), func(b *testing.B) {
+				topic, id, value := produceBenchTopic(b, c, "bound-paired", codec, size)
+				warmTopic(b, topic, n, value)
+				run, records, closeFn := produceBoundRun(b, codec, topic, id, value, n)
+				defer closeFn()
+				cl := newBenchKgoProducer(b, codec, topic, nil)
+				pairsOf(b, records, n, "bound",
+					func() func() { run(); return nil },
 					func() func() { produceKgo(b, cl, value, n); return nil })
 			})
 		}
@@ -123,7 +137,7 @@ func BenchmarkConsumePaired(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dB/bound-paired", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)
-				pairsOf(b, n, "bound",
+				pairsOf(b, n, n, "bound",
 					func() func() { return consumeBound(b, topic, id, n) },
 					func() func() { return consumeKgo(b, topic, n, false) })
 			})
