@@ -287,6 +287,7 @@ type decoded struct {
 	spans   []span
 	err     error    // the decode error that ended the answer, if any
 	bufs    [][]byte // recycled buffers the records' keys and values are in
+	dirty   int      // how much of records' array an earlier use wrote (slab)
 }
 
 // span is one decoded batch: its digest (offsets, leader epoch, producer,
@@ -300,7 +301,8 @@ type span struct {
 // from offset start (records below it are left out). It runs in the fetch
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
-	d := &decoded{records: c.mem.records(countRecords(rp.RecordBatches))}
+	sl := c.mem.records(countRecords(rp.RecordBatches))
+	d := &decoded{records: sl.recs, dirty: sl.dirty}
 	var buffer func(int) []byte
 	if c.mem.active.Load() {
 		// The application releases its records: decompress into
@@ -340,6 +342,9 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		d.spans = append(d.spans, sp)
 	}
 	d.err = it.Err()
+	if cap(d.records) != cap(sl.recs) {
+		d.dirty = 0 // grown into a new array
+	}
 	it.Reset(nil, batch.Options{}) // keep nothing of the answer alive
 	return d
 }
@@ -364,15 +369,23 @@ func (c *Consumer) collectLocked() Fetches {
 		n += len(p.buf.d.records)
 	}
 	c.ready = append(keep, c.ready...)
+	var merged slab
 	if len(take) > 1 {
 		// One answer's records are returned as they are; several are
 		// copied into one slice, sized once.
-		f.Records = c.mem.records(n)
-		m := f.memory(c.mem)
-		m.slabs = append(m.slabs, f.Records)
+		merged = c.mem.records(n)
+		f.Records = merged.recs
 	}
 	for _, p := range take {
 		c.deliverLocked(p, &f, len(take) == 1)
+	}
+	if len(take) > 1 {
+		if cap(f.Records) != cap(merged.recs) {
+			merged.dirty = 0 // grown into a new array
+		}
+		merged.recs = f.Records
+		m := f.memory(c.mem)
+		m.slabs = append(m.slabs, merged)
 	}
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.
@@ -399,10 +412,10 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 	m.bufs = append(m.bufs, d.bufs...)
 	if inPlace {
 		f.Records = d.records[:0]
-		m.slabs = append(m.slabs, d.records)
+		m.slabs = append(m.slabs, slab{recs: d.records, dirty: d.dirty})
 	} else if c.mem.active.Load() {
 		// The records are copied out: the answer's slice is free now.
-		defer c.mem.release(&pollMemory{slabs: [][]Record{d.records}})
+		defer c.mem.release(&pollMemory{slabs: []slab{{recs: d.records, dirty: d.dirty}}})
 	}
 	for _, sp := range d.spans {
 		before, _ := p.m.Position()

@@ -40,17 +40,26 @@ func classes(n int) (class int, alloc int) {
 // putClass is the class a slice of capacity n goes back to.
 func putClass(n int) int { return bits.Len(uint(n)) - 1 }
 
+// slab is a record slice with room for records and how much of it may
+// still hold an earlier use's records: slots [0, dirty) may, the rest are
+// zero. A released slice keeps no pointer past what its last use wrote, so
+// that the pool does not keep memory alive through stale records.
+type slab struct {
+	recs  []Record // len 0 when handed out; the records written when back
+	dirty int
+}
+
 // records returns an empty record slice with room for n records: a
 // released one of that capacity or more, or a new one.
-func (r *recycler) records(n int) []Record {
+func (r *recycler) records(n int) slab {
 	if !r.active.Load() {
-		return make([]Record, 0, n)
+		return slab{recs: make([]Record, 0, n)}
 	}
 	c, alloc := classes(n)
-	if v, ok := r.slabs[c].Get().(*[]Record); ok {
-		return (*v)[:0]
+	if v, ok := r.slabs[c].Get().(*slab); ok {
+		return slab{recs: v.recs[:0], dirty: v.dirty}
 	}
-	return make([]Record, 0, alloc)
+	return slab{recs: make([]Record, 0, alloc)}
 }
 
 // buffer returns a byte slice with a capacity of n or more; its contents
@@ -63,14 +72,20 @@ func (r *recycler) buffer(n int) []byte {
 	return make([]byte, 0, alloc)
 }
 
-// release takes back the memory of a released Fetches.
+// release takes back the memory of a released Fetches. A slab's slots past
+// what its last use wrote, which an earlier use left records in, are
+// cleared first.
 func (r *recycler) release(m *pollMemory) {
 	r.active.Store(true)
-	for _, s := range m.slabs {
-		if cap(s) > 0 {
-			s = s[:0]
-			r.slabs[putClass(cap(s))].Put(&s)
+	for _, sl := range m.slabs {
+		if cap(sl.recs) == 0 {
+			continue
 		}
+		w := len(sl.recs)
+		if sl.dirty > w {
+			clear(sl.recs[w:sl.dirty])
+		}
+		r.slabs[putClass(cap(sl.recs))].Put(&slab{recs: sl.recs[:0], dirty: w})
 	}
 	for _, b := range m.bufs {
 		if cap(b) > 0 {
@@ -81,11 +96,12 @@ func (r *recycler) release(m *pollMemory) {
 }
 
 // pollMemory is the recyclable memory behind the records of one Poll: the
-// record slices and decompression buffers they live in.
+// record slices (each with the records its use wrote) and the
+// decompression buffers they live in.
 type pollMemory struct {
 	r        *recycler
 	released atomic.Bool
-	slabs    [][]Record
+	slabs    []slab
 	bufs     [][]byte
 }
 
