@@ -77,7 +77,20 @@ func pollUntil(t *testing.T, cons *consumer.Consumer, n int, d time.Duration) ([
 		if err != nil {
 			break
 		}
-		recs = append(recs, f.Records...)
+		// The records are kept as copies and the poll released: every
+		// test that polls through here runs with recycled memory.
+		for _, r := range f.Records {
+			r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+			hs := make([]consumer.Header, len(r.Headers))
+			for i, h := range r.Headers {
+				hs[i] = consumer.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+			}
+			if r.Headers != nil {
+				r.Headers = hs
+			}
+			recs = append(recs, r)
+		}
+		f.Release()
 		evs = append(evs, f.Truncations...)
 		errs = append(errs, f.Errors...)
 		if n > 0 && len(recs) >= n || n == 0 && len(evs)+len(errs) > 0 {

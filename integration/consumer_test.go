@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -60,7 +61,16 @@ func (p *polled) pollFor(ctx context.Context, c *consumer.Consumer, stop func(*p
 		}
 		p.events = append(p.events, f.Truncations...)
 		p.errs = append(p.errs, f.Errors...)
-		p.records = append(p.records, f.Records...)
+		// Copies are kept and the poll released: the real-cluster
+		// scenarios run with recycled memory.
+		for _, r := range f.Records {
+			r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+			for i := range r.Headers {
+				r.Headers[i].Value = bytes.Clone(r.Headers[i].Value)
+			}
+			p.records = append(p.records, r)
+		}
+		f.Release()
 	}
 	return nil
 }
