@@ -42,6 +42,7 @@ type cfg struct {
 	metadataMaxAge  time.Duration
 	decompressLimit int
 	decodeParallel  int
+	poisonReleased  bool
 	group           groupCfg
 }
 
@@ -165,6 +166,13 @@ func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered =
 // this many records (0, the default, means no limit). Batches are never
 // split, so a Poll may return a few more.
 func MaxPollRecords(n int) Opt { return optFunc(func(c *cfg) { c.maxPollRecords = n }) }
+
+// PoisonReleased makes Fetches.Release overwrite the decompressed bytes it
+// hands back with 0xa5 before they are reused, so that a key or value used
+// after its Release reads as garbage at once rather than, now and then, as
+// another record's bytes. It costs a write of every released byte: for
+// tests of the code that calls Release, not for production.
+func PoisonReleased() Opt { return optFunc(func(c *cfg) { c.poisonReleased = true }) }
 
 // DecompressParallelism lets the decoding of one fetched partition
 // decompress up to n of its compressed batches at once, on goroutines the

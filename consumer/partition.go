@@ -304,7 +304,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 	sl := c.mem.records(countRecords(rp.RecordBatches))
 	d := &decoded{records: sl.recs, dirty: sl.dirty}
 	var buffer func(int) []byte
-	if c.mem.active.Load() {
+	if c.mem.active.Load() || c.cfg.poisonReleased {
 		// The application releases its records: decompress into
 		// released memory (its keys and values are released with them).
 		buffer = func(n int) []byte {
@@ -384,7 +384,7 @@ func (c *Consumer) collectLocked() Fetches {
 			merged.dirty = 0 // grown into a new array
 		}
 		merged.recs = f.Records
-		m := f.memory(c.mem)
+		m := f.memory(c.mem, c.cfg.poisonReleased)
 		m.slabs = append(m.slabs, merged)
 	}
 	// Reports raised while delivering (an epoch regression in a batch)
@@ -408,7 +408,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 
 	d := b.d
 	w := 0 // in place: the records kept end at w
-	m := f.memory(c.mem)
+	m := f.memory(c.mem, c.cfg.poisonReleased)
 	m.bufs = append(m.bufs, d.bufs...)
 	if inPlace {
 		f.Records = d.records[:0]

@@ -89,6 +89,12 @@ func (r *recycler) release(m *pollMemory) {
 	}
 	for _, b := range m.bufs {
 		if cap(b) > 0 {
+			if m.poison {
+				b = b[:cap(b)]
+				for i := range b {
+					b[i] = 0xa5
+				}
+			}
 			b = b[:0]
 			r.bufs[putClass(cap(b))].Put(&b)
 		}
@@ -100,6 +106,7 @@ func (r *recycler) release(m *pollMemory) {
 // decompression buffers they live in.
 type pollMemory struct {
 	r        *recycler
+	poison   bool // PoisonReleased
 	released atomic.Bool
 	slabs    []slab
 	bufs     [][]byte
@@ -109,8 +116,9 @@ type pollMemory struct {
 // reuses it for the records of later polls instead of allocating more:
 // with small compressed records, most of a consumer's garbage. After it,
 // f.Records and the keys, values and headers of every record in it must
-// not be used (copy what you keep before). Calling it is optional: memory
-// that is not released is collected by the garbage collector as usual. It
+// not be used (copy what you keep before); PoisonReleased makes a use
+// after Release visible in tests. Calling it is optional: memory that is
+// not released is collected by the garbage collector as usual. It
 // sets f.Records to nil; releasing twice, or through a copy of f, has no
 // further effect.
 func (f *Fetches) Release() {

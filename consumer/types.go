@@ -284,9 +284,9 @@ type Fetches struct {
 }
 
 // memory returns f's recyclable memory record, made on first use.
-func (f *Fetches) memory(r *recycler) *pollMemory {
+func (f *Fetches) memory(r *recycler, poison bool) *pollMemory {
 	if f.mem == nil {
-		f.mem = &pollMemory{r: r}
+		f.mem = &pollMemory{r: r, poison: poison}
 	}
 	return f.mem
 }
