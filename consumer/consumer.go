@@ -51,7 +51,6 @@ type Consumer struct {
 	wake     chan struct{} // closed and replaced when Poll has something new
 	rounds   uint64        // metadata round trips last seen by the ticker
 	dec      *compress.Decompressor
-	mem      *recycler // the memory Fetches.Release hands back: recycled
 
 	// bufferFull is set when a fetch loop waits for buffer space.
 	bufferFull bool
@@ -87,7 +86,6 @@ func New(opts ...Opt) (*Consumer, error) {
 		c.ownMeta = true
 	}
 	c.dec = c.decompressor()
-	c.mem = &recycled
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.parts = map[TopicPartition]*part{}
 	c.watching = map[string]func(){}

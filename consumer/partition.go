@@ -301,14 +301,14 @@ type span struct {
 // from offset start (records below it are left out). It runs in the fetch
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
-	sl := c.mem.records(countRecords(rp.RecordBatches))
+	sl := recycled.records(countRecords(rp.RecordBatches))
 	d := &decoded{records: sl.recs, dirty: sl.dirty}
 	var buffer func(int) []byte
-	if c.mem.active.Load() || c.cfg.poisonReleased {
+	if recycled.active.Load() || c.cfg.poisonReleased {
 		// The application releases its records: decompress into
 		// released memory (its keys and values are released with them).
 		buffer = func(n int) []byte {
-			b := c.mem.buffer(n)
+			b := recycled.buffer(n)
 			d.bufs = append(d.bufs, b)
 			return b
 		}
@@ -373,7 +373,7 @@ func (c *Consumer) collectLocked() Fetches {
 	if len(take) > 1 {
 		// One answer's records are returned as they are; several are
 		// copied into one slice, sized once.
-		merged = c.mem.records(n)
+		merged = recycled.records(n)
 		f.Records = merged.recs
 	}
 	for _, p := range take {
@@ -384,7 +384,7 @@ func (c *Consumer) collectLocked() Fetches {
 			merged.dirty = 0 // grown into a new array
 		}
 		merged.recs = f.Records
-		m := f.memory(c.mem, c.cfg.poisonReleased)
+		m := f.memory(&recycled, c.cfg.poisonReleased)
 		m.slabs = append(m.slabs, merged)
 	}
 	// Reports raised while delivering (an epoch regression in a batch)
@@ -408,14 +408,14 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 
 	d := b.d
 	w := 0 // in place: the records kept end at w
-	m := f.memory(c.mem, c.cfg.poisonReleased)
+	m := f.memory(&recycled, c.cfg.poisonReleased)
 	m.bufs = append(m.bufs, d.bufs...)
 	if inPlace {
 		f.Records = d.records[:0]
 		m.slabs = append(m.slabs, slab{recs: d.records, dirty: d.dirty})
-	} else if c.mem.active.Load() {
+	} else if recycled.active.Load() {
 		// The records are copied out: the answer's slice is free now.
-		defer c.mem.release(&pollMemory{slabs: []slab{{recs: d.records, dirty: d.dirty}}})
+		defer recycled.putSlab(slab{recs: d.records, dirty: d.dirty})
 	}
 	for _, sp := range d.spans {
 		before, _ := p.m.Position()

@@ -72,20 +72,11 @@ func (r *recycler) buffer(n int) []byte {
 	return make([]byte, 0, alloc)
 }
 
-// release takes back the memory of a released Fetches. A slab's slots past
-// what its last use wrote, which an earlier use left records in, are
-// cleared first.
+// release takes back the memory of a released Fetches.
 func (r *recycler) release(m *pollMemory) {
 	r.active.Store(true)
 	for _, sl := range m.slabs {
-		if cap(sl.recs) == 0 {
-			continue
-		}
-		w := len(sl.recs)
-		if sl.dirty > w {
-			clear(sl.recs[w:sl.dirty])
-		}
-		r.slabs[putClass(cap(sl.recs))].Put(&slab{recs: sl.recs[:0], dirty: w})
+		r.putSlab(sl)
 	}
 	for _, b := range m.bufs {
 		if cap(b) > 0 {
@@ -99,6 +90,19 @@ func (r *recycler) release(m *pollMemory) {
 			r.bufs[putClass(cap(b))].Put(&b)
 		}
 	}
+}
+
+// putSlab takes back a record slice, its records from the last use
+// included: what an earlier, longer use left past them is cleared.
+func (r *recycler) putSlab(sl slab) {
+	if cap(sl.recs) == 0 {
+		return
+	}
+	w := len(sl.recs)
+	if sl.dirty > w {
+		clear(sl.recs[w:sl.dirty])
+	}
+	r.slabs[putClass(cap(sl.recs))].Put(&slab{recs: sl.recs[:0], dirty: w})
 }
 
 // pollMemory is the recyclable memory behind the records of one Poll: the

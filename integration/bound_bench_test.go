@@ -16,6 +16,7 @@ import (
 
 	"github.com/kepoch/kepoch/internal/batch"
 	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 // The bound benchmarks measure what no client can beat on this machine and
@@ -223,7 +224,11 @@ func produceBoundRun(b *testing.B, codec compress.Codec, topic string, id [16]by
 					defer wg.Done()
 					for left.Add(-1) >= 0 {
 						// Partition p is led by broker p+1.
-						if err := produceBound(ctx, cl.Broker(int(p+1)), topic, id, p, enc); err != nil {
+						r, err := wire.Produce(ctx, cl.Broker(int(p+1)), topic, id, p, enc, 30*time.Second)
+						if err == nil {
+							err = errCode(r.ErrorCode)
+						}
+						if err != nil {
 							errs <- err
 							return
 						}
@@ -238,26 +243,4 @@ func produceBoundRun(b *testing.B, codec compress.Codec, topic string, id [16]by
 		}
 	}
 	return run, requests * per, cl.Close
-}
-
-// produceBound sends records, one encoded batch, to partition p with a raw
-// Produce request, acks=all.
-func produceBound(ctx context.Context, br *kgo.Broker, topic string, id [16]byte, p int32, records []byte) error {
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 30_000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic, rt.TopicID = topic, id
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition, rp.Records = p, records
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, br)
-	if err != nil {
-		return err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return fmt.Errorf("produce %s/%d: malformed answer", topic, p)
-	}
-	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
 }

@@ -114,32 +114,26 @@ func BenchmarkConsume(b *testing.B) {
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := benchRecords(size)
-			run := func(client string, consume func(topic string) func() func()) {
+			// read reads the n records of topic with a new client and
+			// returns what closes it.
+			run := func(client string, read func(b *testing.B, topic string) (closeFn func())) {
 				b.Run(fmt.Sprintf("%s/%dB/%s", codec, size, client), func(b *testing.B) {
 					topic := benchTopic(b, c, codec, size, n)
-					benchConsume(b, n, size, consume(topic))
+					benchConsume(b, n, size, func() func() { return read(b, topic) })
 				})
 			}
 			runKepoch := func() {
-				run("kepoch", func(topic string) func() func() {
-					return func() func() { return consumeKepoch(b, topic, n, 1, false) }
-				})
-				run("kepoch-release", func(topic string) func() func() {
-					return func() func() { return consumeKepoch(b, topic, n, 1, true) }
-				})
+				run("kepoch", func(b *testing.B, topic string) func() { return consumeKepoch(b, topic, n, 1, false) })
+				run("kepoch-release", func(b *testing.B, topic string) func() { return consumeKepoch(b, topic, n, 1, true) })
 				if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
-					run("kepoch-parallel", func(topic string) func() func() {
-						return func() func() { return consumeKepoch(b, topic, n, runtime.GOMAXPROCS(0), false) }
+					run("kepoch-parallel", func(b *testing.B, topic string) func() {
+						return consumeKepoch(b, topic, n, runtime.GOMAXPROCS(0), false)
 					})
 				}
 			}
 			runKgo := func() {
-				run("kgo", func(topic string) func() func() {
-					return func() func() { return consumeKgo(b, topic, n, false) }
-				})
-				run("kgo-pooled", func(topic string) func() func() {
-					return func() func() { return consumeKgo(b, topic, n, true) }
-				})
+				run("kgo", func(b *testing.B, topic string) func() { return consumeKgo(b, topic, n, false) })
+				run("kgo-pooled", func(b *testing.B, topic string) func() { return consumeKgo(b, topic, n, true) })
 			}
 			if kgoFirst() {
 				runKgo()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 // Acks is a produce acknowledgement level for the test producer.
@@ -107,25 +109,10 @@ func (c *Cluster) fetchEach(ctx context.Context, broker int32, topic string, top
 // produceRaw sends one record batch to broker with a raw Produce request
 // (acks=all) and returns the base offset the broker assigned.
 func (c *Cluster) produceRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, records []byte) (int64, error) {
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 10_000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rt.TopicID = id
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition = partition
-	rp.Records = records
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	p, err := wire.Produce(ctx, c.Broker(broker), topic, id, partition, records, 10*time.Second)
 	if err != nil {
 		return 0, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("produce %s/%d: malformed answer", topic, partition)
-	}
-	p := resp.Topics[0].Partitions[0]
 	if err := errCode(p.ErrorCode); err != nil {
 		return 0, fmt.Errorf("produce %s/%d: %w (%s)", topic, partition, err, deref(p.ErrorMessage))
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 var topicSeq atomic.Int64
@@ -230,24 +232,10 @@ type EpochEnd struct {
 // consumer (replica id -1). This is the broker's own answer that truncation
 // tests compare a client's report with.
 func (c *Cluster) OffsetForLeaderEpoch(ctx context.Context, broker int32, topic string, partition, epoch int32) (EpochEnd, error) {
-	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-	rp.Partition = partition
-	rp.CurrentLeaderEpoch = -1
-	rp.LeaderEpoch = epoch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	p, err := wire.OffsetForLeaderEpoch(ctx, c.Broker(broker), topic, partition, -1, epoch)
 	if err != nil {
 		return EpochEnd{}, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return EpochEnd{}, fmt.Errorf("offset for leader epoch %s/%d on %d: malformed answer", topic, partition, broker)
-	}
-	p := resp.Topics[0].Partitions[0]
 	if err := errCode(p.ErrorCode); err != nil {
 		return EpochEnd{}, fmt.Errorf("offset for leader epoch %s/%d epoch %d on broker %d: %w", topic, partition, epoch, broker, err)
 	}

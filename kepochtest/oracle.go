@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 // TopicID is a topic's 16-byte ID; it changes when a topic is deleted and
@@ -82,24 +83,10 @@ func (c *Cluster) retry(ctx context.Context, fn func() error) error {
 // (-2: the log start, -1: the log end), with the leader epoch the caller
 // knows (-1: none).
 func listOffset(ctx context.Context, leader *kgo.Broker, topic string, partition, leaderEpoch int32, ts int64) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = partition
-	rp.CurrentLeaderEpoch = leaderEpoch
-	rp.Timestamp = ts
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, leader)
+	p, err := wire.ListOffset(ctx, leader, topic, partition, leaderEpoch, ts)
 	if err != nil {
 		return 0, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("ListOffsets answered no partition")
-	}
-	p := resp.Topics[0].Partitions[0]
 	return p.Offset, kerr.ErrorForCode(p.ErrorCode)
 }
 
@@ -228,24 +215,10 @@ func (c *Cluster) partitionState(ctx context.Context, topic string, partition in
 func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch int32) (EpochEnd, error) {
 	var e EpochEnd
 	err := c.atLeader(ctx, topic, partition, func(_ PartitionState, leader *kgo.Broker) error {
-		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-		req.ReplicaID = -1
-		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-		rp.Partition = partition
-		rp.CurrentLeaderEpoch = -1
-		rp.LeaderEpoch = epoch
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, leader)
+		p, err := wire.OffsetForLeaderEpoch(ctx, leader, topic, partition, -1, epoch)
 		if err != nil {
 			return err
 		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return fmt.Errorf("OffsetForLeaderEpoch answered no partition")
-		}
-		p := resp.Topics[0].Partitions[0]
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 			return err
 		}
@@ -319,23 +292,10 @@ func (c *Cluster) produce(ctx context.Context, topic string, partition int32, va
 	}
 	var base int64
 	err = c.atLeader(ctx, topic, partition, func(s PartitionState, leader *kgo.Broker) error {
-		req := kmsg.NewPtrProduceRequest()
-		req.Acks = -1
-		req.TimeoutMillis = 10_000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic, rt.TopicID = topic, s.TopicID
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = partition, records
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, leader)
+		p, err := wire.Produce(ctx, leader, topic, s.TopicID, partition, records, 10*time.Second)
 		if err != nil {
 			return err
 		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return fmt.Errorf("produce answered no partition")
-		}
-		p := resp.Topics[0].Partitions[0]
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 // countingRequestor counts the requests the refresher sends.
@@ -91,21 +92,11 @@ func otherBroker(t *testing.T, r *Refresher, id int32) int32 {
 // leader epoch to one broker and returns the partition's error.
 func listOffsets(ctx context.Context, t *testing.T, cl *kgo.Client, broker int32, topic string, p, epoch int32) error {
 	t.Helper()
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = p
-	rp.CurrentLeaderEpoch = epoch
-	rp.Timestamp = -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl.Broker(int(broker)))
+	rp, err := wire.ListOffset(ctx, cl.Broker(int(broker)), topic, p, epoch, -1)
 	if err != nil {
 		t.Fatalf("ListOffsets to %d: %v", broker, err)
 	}
-	return errors.FromCode(resp.Topics[0].Partitions[0].ErrorCode)
+	return errors.FromCode(rp.ErrorCode)
 }
 
 // nextEvents reads from sub until n events arrived.

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 func epochs(ctx context.Context, args []string, w io.Writer) error {
@@ -97,24 +99,10 @@ func readLineage(ctx context.Context, cl *kgo.Client, topic string, partition, d
 		return l, fmt.Errorf("%s/%d has no leader", topic, partition)
 	}
 	for e := l.epoch; e >= 0 && e > l.epoch-depth; e-- {
-		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-		req.ReplicaID = -1
-		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-		rp.Partition = partition
-		rp.CurrentLeaderEpoch = l.epoch
-		rp.LeaderEpoch = e
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl.Broker(int(l.leader)))
+		p, err := wire.OffsetForLeaderEpoch(ctx, cl.Broker(int(l.leader)), topic, partition, l.epoch, e)
 		if err != nil {
 			return l, err
 		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return l, fmt.Errorf("malformed OffsetForLeaderEpoch answer")
-		}
-		p := resp.Topics[0].Partitions[0]
 		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 			return l, fmt.Errorf("OffsetForLeaderEpoch(%d) on broker %d: %w", e, l.leader, err)
 		}

@@ -53,7 +53,7 @@ type Options struct {
 	OwnPayload bool
 	// Buffer, with OwnPayload, supplies the memory a compressed batch is
 	// decompressed into when its output size is declared up front
-	// (compress.DecodedCap): a slice of at least n bytes of capacity,
+	// (Decompressor.DecodedCap): a slice of at least n bytes of capacity,
 	// whose contents do not matter, which the batch's keys and values
 	// then alias as it is (it is not copied to an exact size). Batches
 	// of undeclared size, and those decompressed ahead, do not use it.
@@ -318,7 +318,7 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 		out, ok, err := it.takeAhead()
 		reused, supplied := false, 0
 		if !ok && it.ownPayload() && it.o.Buffer != nil {
-			supplied = compress.DecodedCap(payload, codec, it.d.Max())
+			supplied = it.d.DecodedCap(payload, codec)
 		}
 		switch {
 		case ok:

@@ -136,9 +136,8 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 		defer d.zstdPool.Put(r)
 		// Room past the frame's declared size lets the decoder use its
 		// fast copy loops (which overrun by up to 32 bytes) to the end.
-		var zh zstd.Header
-		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(d.max) {
-			dst = growBy(dst, int(zh.FrameContentSize)+zstdSlack)
+		if n := d.DecodedCap(src, Zstd); n > 0 {
+			dst = growBy(dst, n)
 		}
 		out, err := r.dec.DecodeAll(src, dst)
 		// A frame whose window is larger than the bound cannot be decoded
@@ -169,31 +168,29 @@ func GrowsOnce(src []byte, codec Codec) bool {
 	return false
 }
 
-// DecodedCap returns the capacity a buffer needs for Decompress to write
-// src's output into it without growing it, when src says so up front: raw
-// snappy, and zstd frames that declare their content size within max
-// bytes. It is 0 when the output grows as it is read (gzip, lz4, xerial
-// snappy) or src's header does not tell.
-func DecodedCap(src []byte, codec Codec, max int) int {
+// DecodedCap returns the spare capacity a buffer needs for Decompress to
+// write src's output into it without growing it, when src says so up
+// front: raw snappy, and zstd frames that declare their content size
+// within d's bound (with room past it for the decoder's fast copy loops).
+// It is 0 when the output grows as it is read (gzip, lz4, xerial snappy)
+// or src's header does not tell.
+func (d *Decompressor) DecodedCap(src []byte, codec Codec) int {
 	switch codec {
 	case Snappy:
 		if isXerial(src) {
 			return 0
 		}
-		if n, err := s2.DecodedLen(src); err == nil && n <= max {
+		if n, err := s2.DecodedLen(src); err == nil && n <= d.max {
 			return n
 		}
 	case Zstd:
 		var zh zstd.Header
-		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(max) {
+		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(d.max) {
 			return int(zh.FrameContentSize) + zstdSlack
 		}
 	}
 	return 0
 }
-
-// Max returns the decompressed size bound of d.
-func (d *Decompressor) Max() int { return d.max }
 
 // zstdSlack is the spare capacity kept past a zstd frame's content size.
 const zstdSlack = 1024
