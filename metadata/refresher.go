@@ -255,6 +255,25 @@ func (r *Refresher) Topic(name string) (Topic, error) {
 	return t, nil
 }
 
+// Version identifies the refresher's current view of the cluster: two calls
+// return equal Versions only if nothing Topic, Partition or Brokers answer
+// changed in between. A caller that derives something from Topic can keep
+// it with the Version it saw and reuse it while Version still returns that.
+type Version struct{ s *state }
+
+// Version returns the current view's Version.
+func (r *Refresher) Version() Version { return Version{r.cur.Load()} }
+
+// TopicAt is Topic together with the Version of the view it was read from.
+func (r *Refresher) TopicAt(name string) (Topic, Version, error) {
+	s := r.cur.Load()
+	t, err := s.topic(name)
+	if err != nil {
+		return t, Version{s}, &errors.PartitionError{Op: "lookup", Topic: name, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
+	}
+	return t, Version{s}, nil
+}
+
 // Brokers returns the brokers of the latest answer, sorted by node ID.
 func (r *Refresher) Brokers() []Broker {
 	return slices.Clone(r.cur.Load().brokers)

@@ -333,6 +333,40 @@ func TestRefresherLookupAndTopic(t *testing.T) {
 	}
 }
 
+// TestRefresherVersion: Version stays equal while nothing is stored, TopicAt
+// returns the Version of the view it read, and an answer that changes the
+// topic changes the Version.
+func TestRefresherVersion(t *testing.T) {
+	r, fc, _ := newTestRefresher(t, Backoff(0, 0))
+	fc.set("t", id(9), fakePartition{leader: 2, epoch: 4})
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	v := r.Version()
+	if v != r.Version() {
+		t.Fatal("Version changed with no answer in between")
+	}
+	top, tv, err := r.TopicAt("t")
+	if err != nil || len(top.Partitions) != 1 || tv != v {
+		t.Fatalf("TopicAt(t) = %+v, %v, %v (Version equal: %v)", top, tv, err, tv == v)
+	}
+	fc.set("t", id(9), fakePartition{leader: 2, epoch: 4}, fakePartition{leader: 3, epoch: 1})
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r.Version() == v {
+		t.Fatal("Version unchanged after an answer that added a partition")
+	}
+	top, tv, err = r.TopicAt("t")
+	if err != nil || len(top.Partitions) != 2 || tv != r.Version() {
+		t.Fatalf("TopicAt(t) after growth = %+v, %v", top, err)
+	}
+	if _, _, err := r.TopicAt("missing"); !errors.Is(err, errors.ErrUnknownTopicOrPartition) {
+		t.Fatalf("TopicAt(missing) err = %v", err)
+	}
+}
+
 func TestRefresherSubscription(t *testing.T) {
 	r, fc, _ := newTestRefresher(t, Backoff(0, 0))
 	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0}, fakePartition{leader: 2, epoch: 0})

@@ -39,9 +39,11 @@ type pstate struct {
 
 // pending is one buffered record with its callback.
 type pending struct {
-	rec  *Record
-	cb   func(Result)
-	size int
+	rec     *Record
+	cb      func(Result)
+	ts      int64 // rec.Timestamp in milliseconds
+	size    int32 // encoded size (recbatch.RecordSize)
+	headers bool  // rec has headers
 }
 
 // pbatch is one record batch of one partition.
@@ -114,19 +116,19 @@ func (p *Producer) cachePstateLocked(ps *pstate) {
 // add appends a record to the open batch, closing it first when the record
 // would overflow it.
 func (ps *pstate) add(p *Producer, pr pending) {
-	if ps.open != nil && ps.open.size+pr.size > p.cfg.batchBytes {
+	if ps.open != nil && ps.open.size+int(pr.size) > p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}
 	if ps.open == nil {
 		now := time.Now()
 		ps.open = &pbatch{tp: ps.tp, created: now, deadline: now.Add(p.cfg.deliveryTO), size: recbatch.HeaderSize, epoch: -1, no: p.batchNo,
-			recs: make([]pending, 0, max(16, min(ps.recHint, 4096)))}
+			recs: make([]pending, 0, max(16, ps.recHint+ps.recHint/8))}
 		p.batchNo++
 		p.undelivered++
 		ps.order = append(ps.order, ps.open)
 	}
 	ps.open.recs = append(ps.open.recs, pr)
-	ps.open.size += pr.size
+	ps.open.size += int(pr.size)
 	if ps.open.size >= p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}

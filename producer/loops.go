@@ -118,7 +118,7 @@ func (p *Producer) splitLocked(ref BatchRef) {
 			ref: r, assigned: true, epoch: b.epoch, recovery: b.recovery, no: b.no, size: recbatch.HeaderSize}
 		at += int(counts[i])
 		for _, pr := range nb.recs {
-			nb.size += pr.size
+			nb.size += int(pr.size)
 		}
 		parts[i] = nb
 		p.batches[r] = nb

@@ -3,10 +3,12 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -462,5 +464,46 @@ func TestSendOffsetsToTransaction(t *testing.T) {
 	round(50, false)
 	if o, _, _ := fetchCommitted(); o != 42 {
 		t.Fatalf("aborted offsets became visible: %d", o)
+	}
+}
+
+// TestProduceFollowsPartitionGrowth: Produce keeps what it needs of a topic
+// (its partition count and ID) only while the metadata it came from is
+// current, so partitions added to the topic are used after the next refresh.
+func TestProduceFollowsPartitionGrowth(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	to2 := func() *producer.Record {
+		return &producer.Record{Topic: topic, Partition: 2, ExplicitPartition: true, Value: []byte("p2")}
+	}
+	if _, err := p.ProduceSync(ctx, prec(0, "p0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ProduceSync(ctx, to2()); err == nil || !strings.Contains(err.Error(), "topic has 1") {
+		t.Fatalf("partition 2 of a 1-partition topic: %v", err)
+	}
+	adm := kadm.NewClient(oracle(t, c))
+	if _, err := adm.CreatePartitions(ctx, 2, topic); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		res, err := p.ProduceSync(ctx, to2())
+		if err == nil {
+			if res[0].Partition != 2 {
+				t.Fatalf("reported partition %d", res[0].Partition)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("partition 2 never usable after the topic grew: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	key := []byte("k")
+	res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Key: key, Value: []byte("keyed")})
+	if err != nil || res[0].Partition != producer.KeyPartition(key, 3) {
+		t.Fatalf("keyed record after growth: %+v, %v (want partition %d)", res, err, producer.KeyPartition(key, 3))
 	}
 }

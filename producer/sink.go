@@ -384,8 +384,12 @@ func (s *sink) encode(x *sent) error {
 		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 	}
 	for i := range b.recs {
-		r := b.recs[i].rec
-		if err := s.builder.Append(r.Timestamp.UnixMilli(), r.Key, r.Value, toBatchHeaders(r.Headers)); err != nil {
+		pr := &b.recs[i]
+		var hs []recbatch.RecordHeader
+		if pr.headers {
+			hs = toBatchHeaders(pr.rec.Headers)
+		}
+		if err := s.builder.Append(pr.ts, pr.rec.Key, pr.rec.Value, hs); err != nil {
 			return fail(err)
 		}
 	}
