@@ -379,7 +379,9 @@ func (s *sink) encode(x *sent) error {
 	if s.builder == nil {
 		s.builder = recbatch.NewBuilder(p.comp)
 	}
-	s.builder.Reset(spec)
+	// b.size bounds the uncompressed batch (the header, and RecordSize per
+	// record): uncompressed records are written straight into the buffer.
+	s.builder.ResetInto(spec, getBuf(b.size))
 	fail := func(err error) error {
 		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 	}
@@ -393,7 +395,7 @@ func (s *sink) encode(x *sent) error {
 			return fail(err)
 		}
 	}
-	enc, err := s.builder.AppendFinished(getBuf(s.builder.Size() + recbatch.HeaderSize))
+	enc, err := s.builder.Finish()
 	if err != nil {
 		return fail(err)
 	}

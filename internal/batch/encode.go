@@ -184,7 +184,10 @@ func (s *Spec) attributes() Attributes {
 type Builder struct {
 	comp    *compress.Compressor
 	spec    Spec
-	records []byte // uncompressed records
+	records []byte // uncompressed records: own, or in place in dst
+	own     []byte // the Builder's records buffer
+	dst     []byte // ResetInto's buffer; nil after Reset
+	into    bool   // ResetInto: Finish appends to dst
 	out     []byte // the last finished batch
 	n       int32
 	last    int32 // last offset delta
@@ -205,10 +208,34 @@ func NewBuilder(c *compress.Compressor) *Builder {
 // Reset starts a new batch described by s, discarding any records appended
 // and invalidating the slice the last Finish returned.
 func (b *Builder) Reset(s Spec) {
+	b.reset(s)
+	b.records = b.own[:0]
+}
+
+func (b *Builder) reset(s Spec) {
+	if cap(b.records) > cap(b.own) && !b.inDst() {
+		b.own = b.records[:0] // grown by Append
+	}
 	b.spec = s
-	b.records = b.records[:0]
+	b.dst, b.into = nil, false
 	b.n, b.last, b.baseTS, b.maxTS = 0, -1, 0, 0
 	b.started = true
+}
+
+// ResetInto is Reset for a batch that Finish appends to dst. Uncompressed
+// records are written in place, after room for the header in dst's spare
+// capacity, so that Finish only writes the header: give dst the capacity
+// the batch needs (HeaderSize plus the records' RecordSize) to spare a
+// copy. Finish then returns dst with the batch appended, and the Builder
+// keeps no reference to it.
+func (b *Builder) ResetInto(s Spec, dst []byte) {
+	b.reset(s)
+	b.dst, b.into = dst, true
+	b.records = b.own[:0]
+	if s.Codec == compress.None && cap(dst)-len(dst) >= HeaderSize {
+		at := len(dst) + HeaderSize
+		b.records = dst[at:at]
+	}
 }
 
 // Len returns the number of records appended since Reset.
@@ -260,6 +287,9 @@ func (b *Builder) AppendAt(offsetDelta int32, timestamp int64, key, value []byte
 // AppendFinished to write into a buffer of your own. A batch needs at least
 // one record.
 func (b *Builder) Finish() ([]byte, error) {
+	if b.into {
+		return b.finishInto()
+	}
 	out, err := b.AppendFinished(b.out[:0])
 	if err != nil {
 		return nil, err
@@ -268,12 +298,44 @@ func (b *Builder) Finish() ([]byte, error) {
 	return out, nil
 }
 
-// AppendFinished appends the complete batch to dst, as Finish does.
-func (b *Builder) AppendFinished(dst []byte) ([]byte, error) {
-	if !b.started || b.n == 0 {
+// inDst reports whether the records are in place in ResetInto's buffer.
+func (b *Builder) inDst() bool {
+	dst := b.dst
+	return b.into && cap(b.records) > 0 && cap(dst)-len(dst) >= HeaderSize+cap(b.records) &&
+		&dst[:len(dst)+HeaderSize+1][len(dst)+HeaderSize] == &b.records[:1][0]
+}
+
+// finishInto is Finish after ResetInto.
+func (b *Builder) finishInto() ([]byte, error) {
+	dst := b.dst
+	if !b.inDst() {
+		// Compressed, or the records outgrew dst's capacity.
+		out, err := b.AppendFinished(dst)
+		if err != nil {
+			return dst, err
+		}
+		b.reset(b.spec)
+		b.records, b.started = b.own[:0], false
+		return out, nil
+	}
+	if b.n == 0 {
 		return dst, fmt.Errorf("%w: a batch needs at least one record", ErrEncode)
 	}
-	h := Header{
+	start := len(dst)
+	h := b.header()
+	out := appendHeader(dst, &h)
+	out = out[:start+HeaderSize+len(b.records)]
+	if len(out)-start-LogOverhead > math.MaxInt32 {
+		return dst, fmt.Errorf("%w: batch of %d bytes", ErrEncode, len(out)-start)
+	}
+	finish(out[start:])
+	b.reset(b.spec)
+	b.records, b.started = b.own[:0], false
+	return out, nil
+}
+
+func (b *Builder) header() Header {
+	return Header{
 		BaseOffset:           b.spec.BaseOffset,
 		PartitionLeaderEpoch: b.spec.PartitionLeaderEpoch,
 		Magic:                Magic,
@@ -286,6 +348,14 @@ func (b *Builder) AppendFinished(dst []byte) ([]byte, error) {
 		BaseSequence:         b.spec.BaseSequence,
 		NumRecords:           b.n,
 	}
+}
+
+// AppendFinished appends the complete batch to dst, as Finish does.
+func (b *Builder) AppendFinished(dst []byte) ([]byte, error) {
+	if !b.started || b.n == 0 {
+		return dst, fmt.Errorf("%w: a batch needs at least one record", ErrEncode)
+	}
+	h := b.header()
 	start := len(dst)
 	dst = appendHeader(dst, &h)
 	return compressAndFinish(dst, start, b.records, b.spec.Codec, b.comp)

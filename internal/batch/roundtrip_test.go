@@ -165,6 +165,98 @@ func TestBuilderReuse(t *testing.T) {
 	checkRecords(t, allRecords(bs), want)
 }
 
+// TestBuilderResetInto: a batch built after ResetInto is byte for byte the
+// batch Reset and AppendFinished give, appended after what dst held; an
+// uncompressed batch with room in dst is written in place (dst's array,
+// never copied); one that outgrows dst, and compressed ones, still come out
+// whole; the Builder keeps no hold on a returned batch (the next batch,
+// in its own buffer or not, leaves it intact); Finish cannot be repeated.
+func TestBuilderResetInto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	ref, b := NewBuilder(nil), NewBuilder(nil)
+	var kept [][]byte // every batch returned, with a copy of its bytes
+	var copies [][]byte
+	prefix := []byte("prefix")
+	for i, tc := range []struct {
+		codec compress.Codec
+		room  int // spare capacity beyond RecordSize's bound; -1<<20: none, -1<<21: room for 10 bytes of records
+	}{
+		{compress.None, 0}, {compress.None, 100}, {compress.None, -1}, {compress.None, -1 << 20}, {compress.None, -1 << 21},
+		{compress.Zstd, 0}, {compress.None, 7}, {compress.LZ4, 0}, {compress.None, 0},
+	} {
+		recs := genRecords(rng, 0, 1+i*13, 60)
+		s := specAt(int64(i), tc.codec)
+		ref.Reset(s)
+		exact := len(prefix) + HeaderSize
+		for j := range recs {
+			exact += RecordSize(recs[j].Key, recs[j].Value, recs[j].Headers)
+		}
+		capacity := exact + tc.room
+		switch tc.room {
+		case -1 << 20:
+			capacity = len(prefix)
+		case -1 << 21:
+			capacity = len(prefix) + HeaderSize + 10
+		}
+		dst := append(make([]byte, 0, capacity), prefix...)
+		b.ResetInto(s, dst)
+		for j := range recs {
+			r := &recs[j]
+			if err := ref.Append(r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Append(r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b.Size() != ref.Size() || b.Len() != ref.Len() {
+			t.Fatalf("case %d: Size %d Len %d, want %d %d", i, b.Size(), b.Len(), ref.Size(), ref.Len())
+		}
+		if at := len(prefix) + HeaderSize; tc.codec == compress.None && cap(dst) >= at+len(ref.records) {
+			// Written in place while appended: no copy at Finish.
+			if !bytes.Equal(dst[:cap(dst)][at:at+len(ref.records)], ref.records) {
+				t.Fatalf("case %d: the records are not in dst before Finish", i)
+			}
+		}
+		want, err := ref.AppendFinished(append([]byte(nil), prefix...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("case %d (%v, room %d): ResetInto's batch differs from AppendFinished's", i, tc.codec, tc.room)
+		}
+		if inPlace := &got[0] == &dst[:1][0]; inPlace != (cap(dst) >= len(got)) {
+			t.Fatalf("case %d: in dst's array %v, dst's capacity %d for %d bytes", i, inPlace, cap(dst), len(got))
+		}
+		if _, err := b.Finish(); err == nil {
+			t.Fatalf("case %d: a second Finish succeeded", i)
+		}
+		kept = append(kept, got)
+		copies = append(copies, bytes.Clone(got))
+		// An ordinary batch in between reuses the Builder's own buffer.
+		b.Reset(specAt(0, compress.None))
+		if err := b.Append(1, []byte("k"), bytes.Repeat([]byte("x"), 3000), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range kept {
+		if !bytes.Equal(kept[i], copies[i]) {
+			t.Fatalf("batch %d changed after it was returned", i)
+		}
+		bs, _, err := decodeAll(t, kept[i][len(prefix):], Options{})
+		if err != nil || len(bs) != 1 {
+			t.Fatalf("batch %d: %v, %d batches", i, err, len(bs))
+		}
+	}
+}
+
 func TestBuilderErrors(t *testing.T) {
 	b := NewBuilder(nil)
 	if err := b.Append(0, nil, nil, nil); err == nil {
