@@ -116,6 +116,7 @@ func (p *Producer) cachePstateLocked(ps *pstate) {
 // add appends a record to the open batch, closing it first when the record
 // would overflow it.
 func (ps *pstate) add(p *Producer, pr pending) {
+	queued := len(ps.queue)
 	if ps.open != nil && ps.open.size+int(pr.size) > p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}
@@ -134,8 +135,10 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	}
 	// The sink needs to know when a batch is ready to go, or when it may
 	// start one (idle, or a new batch's linger to time): not on every
-	// record while it waits for answers anyway.
-	if s := p.sinks[ps.leader]; s != nil && (len(ps.queue) > 0 || len(ps.open.recs) == 1 || !s.busy.Load()) {
+	// record while it waits for answers anyway. A batch queued earlier
+	// already woke it; if it could not be sent then (MaxInFlight requests
+	// on the wire), the next answer runs the sink again.
+	if s := p.sinks[ps.leader]; s != nil && (len(ps.queue) > queued || len(ps.open.recs) == 1 || !s.busy.Load()) {
 		s.wakeUp()
 	}
 }
