@@ -133,12 +133,13 @@ func (ps *pstate) add(p *Producer, pr pending) {
 	if ps.open.size >= p.cfg.batchBytes {
 		ps.closeOpen(p)
 	}
-	// The sink needs to know when a batch is ready to go, or when it may
-	// start one (idle, or a new batch's linger to time): not on every
-	// record while it waits for answers anyway. A batch queued earlier
-	// already woke it; if it could not be sent then (MaxInFlight requests
-	// on the wire), the next answer runs the sink again.
-	if s := p.sinks[ps.leader]; s != nil && (len(ps.queue) > queued || len(ps.open.recs) == 1 || !s.busy.Load()) {
+	// The sink needs to know when a batch is ready to go (queued now), when
+	// a new batch's linger starts (its first record), and, without a
+	// linger, when a record can go at once (no request on the wire): not
+	// on every record. A batch queued earlier already woke it; if it
+	// could not be sent then (MaxInFlight requests on the wire), the next
+	// answer runs the sink again.
+	if s := p.sinks[ps.leader]; s != nil && (len(ps.queue) > queued || len(ps.open.recs) == 1 || (p.cfg.linger == 0 && !s.busy.Load())) {
 		s.wakeUp()
 	}
 }
