@@ -37,7 +37,7 @@ func BenchmarkConsumeBound(b *testing.B) {
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := benchRecords(size)
+			n := consumeRecords(size)
 			b.Run(fmt.Sprintf("%s/%dB/bound", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)

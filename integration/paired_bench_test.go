@@ -121,7 +121,7 @@ func BenchmarkConsumePaired(b *testing.B) {
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
-			n := benchRecords(size)
+			n := consumeRecords(size)
 			for _, pooled := range []bool{false, true} {
 				name := "paired"
 				if pooled {

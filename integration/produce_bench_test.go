@@ -62,7 +62,8 @@ func BenchmarkProduce(b *testing.B) {
 }
 
 // benchRecords is how many records of size bytes an iteration of the
-// benchmarks reads or writes: 200k of 100 B, 50k of 1 KiB.
+// produce benchmarks writes: 200k of 100 B, 50k of 1 KiB (the consume
+// benchmarks read more: consumeRecords).
 func benchRecords(size int) int {
 	if size > 100 {
 		return 50_000
