@@ -96,7 +96,11 @@ func TestReleaseReusesMemory(t *testing.T) {
 // once its memory is handed back: a use after Release shows at once.
 func TestPoisonReleasedShowsUseAfterRelease(t *testing.T) {
 	c := newCluster(t, 1)
-	produceRange(t, c, 0, 0, 500, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.MaxBufferedRecords(50))
+	// One batch of all 500 records (the linger gathers them), so that it
+	// is compressed: kgo sends a batch that compression does not shrink,
+	// such as a lone record, uncompressed, and its values then alias the
+	// fetch response rather than a released decompression buffer.
+	produceRange(t, c, 0, 0, 500, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerLinger(200*time.Millisecond))
 	cons := newConsumer(t, c, consumer.PoisonReleased())
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
 		t.Fatal(err)
