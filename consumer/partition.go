@@ -302,7 +302,7 @@ type span struct {
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
 	sl := recycled.records(countRecords(rp.RecordBatches))
-	d := &decoded{records: sl.recs, dirty: sl.dirty}
+	d := &decoded{records: sl.recs}
 	var buffer func(int) []byte
 	if recycled.active.Load() || c.cfg.poisonReleased {
 		// The application releases its records: decompress into
@@ -342,9 +342,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		d.spans = append(d.spans, sp)
 	}
 	d.err = it.Err()
-	if cap(d.records) != cap(sl.recs) {
-		d.dirty = 0 // grown into a new array
-	}
+	d.dirty = sl.holding(d.records).dirty
 	it.Reset(nil, batch.Options{}) // keep nothing of the answer alive
 	return d
 }
@@ -380,12 +378,8 @@ func (c *Consumer) collectLocked() Fetches {
 		c.deliverLocked(p, &f, len(take) == 1)
 	}
 	if len(take) > 1 {
-		if cap(f.Records) != cap(merged.recs) {
-			merged.dirty = 0 // grown into a new array
-		}
-		merged.recs = f.Records
 		m := f.memory(&recycled, c.cfg.poisonReleased)
-		m.slabs = append(m.slabs, merged)
+		m.slabs = append(m.slabs, merged.holding(f.Records))
 	}
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.

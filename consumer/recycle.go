@@ -49,6 +49,16 @@ type slab struct {
 	dirty int
 }
 
+// holding returns sl with recs, sl.recs after appends: if they outgrew its
+// array into a new one, no slot of that one holds an earlier use's record.
+func (sl slab) holding(recs []Record) slab {
+	if cap(recs) != cap(sl.recs) {
+		sl.dirty = 0
+	}
+	sl.recs = recs
+	return sl
+}
+
 // records returns an empty record slice with room for n records: a
 // released one of that capacity or more, or a new one.
 func (r *recycler) records(n int) slab {

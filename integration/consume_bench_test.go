@@ -114,8 +114,8 @@ func BenchmarkConsume(b *testing.B) {
 	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
 		for _, size := range []int{100, 1024} {
 			n := consumeRecords(size)
-			// read reads the n records of topic with a new client and
-			// returns what closes it.
+			// run is client's sub-benchmark: read reads the n records of
+			// topic with a new client and returns what closes it.
 			run := func(client string, read func(b *testing.B, topic string) (closeFn func())) {
 				b.Run(fmt.Sprintf("%s/%dB/%s", codec, size, client), func(b *testing.B) {
 					topic := benchTopic(b, c, codec, size, n)

@@ -248,11 +248,8 @@ func (r *Refresher) Lookup(topic string, partition int32) (Partition, error) {
 // ErrUnknownTopicOrPartition, or the topic's last error, when no partition
 // is cached.
 func (r *Refresher) Topic(name string) (Topic, error) {
-	t, err := r.cur.Load().topic(name)
-	if err != nil {
-		return t, &errors.PartitionError{Op: "lookup", Topic: name, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
-	}
-	return t, nil
+	t, _, err := r.TopicAt(name)
+	return t, err
 }
 
 // Version identifies the refresher's current view of the cluster: two calls

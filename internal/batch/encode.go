@@ -81,8 +81,14 @@ func compressAndFinish(dst []byte, start int, records []byte, codec compress.Cod
 	if err != nil {
 		return dst[:start], err
 	}
+	return seal(out, start)
+}
+
+// seal writes the length and CRC of the batch at out[start:], whose header
+// and records are in place.
+func seal(out []byte, start int) ([]byte, error) {
 	if len(out)-start-LogOverhead > math.MaxInt32 {
-		return dst[:start], fmt.Errorf("%w: batch of %d bytes", ErrEncode, len(out)-start)
+		return out[:start], fmt.Errorf("%w: batch of %d bytes", ErrEncode, len(out)-start)
 	}
 	finish(out[start:])
 	return out, nil
@@ -308,27 +314,21 @@ func (b *Builder) inDst() bool {
 // finishInto is Finish after ResetInto.
 func (b *Builder) finishInto() ([]byte, error) {
 	dst := b.dst
-	if !b.inDst() {
+	var out []byte
+	var err error
+	switch {
+	case !b.inDst():
 		// Compressed, or the records outgrew dst's capacity.
-		out, err := b.AppendFinished(dst)
-		if err != nil {
-			return dst, err
-		}
-		b.reset(b.spec)
-		b.records, b.started = b.own[:0], false
-		return out, nil
+		out, err = b.AppendFinished(dst)
+	case b.n == 0:
+		err = fmt.Errorf("%w: a batch needs at least one record", ErrEncode)
+	default:
+		h := b.header()
+		out, err = seal(appendHeader(dst, &h)[:len(dst)+HeaderSize+len(b.records)], len(dst))
 	}
-	if b.n == 0 {
-		return dst, fmt.Errorf("%w: a batch needs at least one record", ErrEncode)
+	if err != nil {
+		return dst, err
 	}
-	start := len(dst)
-	h := b.header()
-	out := appendHeader(dst, &h)
-	out = out[:start+HeaderSize+len(b.records)]
-	if len(out)-start-LogOverhead > math.MaxInt32 {
-		return dst, fmt.Errorf("%w: batch of %d bytes", ErrEncode, len(out)-start)
-	}
-	finish(out[start:])
 	b.reset(b.spec)
 	b.records, b.started = b.own[:0], false
 	return out, nil
