@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/internal/wire"
 )
 
 // newClusterWith is newCluster with extra kfake options.
@@ -212,5 +216,55 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// produceOneBatch writes records [from, to) to partition as one record
+// batch compressed with codec, values value(p, i), with a raw Produce to the
+// partition's leader: the batch is compressed whatever its size (kgo sends
+// a batch that compression does not shrink uncompressed, and how it splits
+// records into batches depends on timing).
+func produceOneBatch(t *testing.T, c *kfake.Cluster, partition int32, from, to int64, codec compress.Codec) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	mreq.Topics = append(mreq.Topics, mt)
+	meta, err := mreq.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(meta.Topics) != 1 || int(partition) >= len(meta.Topics[0].Partitions) {
+		t.Fatalf("metadata for %s[%d]: %+v", topic, partition, meta.Topics)
+	}
+	leader := meta.Topics[0].Partitions[partition].Leader
+	comp, err := compress.NewCompressor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	h := batch.Header{Attributes: batch.Attributes(codec), LastOffsetDelta: int32(to - from - 1), BaseTimestamp: now, MaxTimestamp: now,
+		ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}
+	var recs []batch.Record
+	for i := from; i < to; i++ {
+		recs = append(recs, batch.Record{Offset: i - from, Timestamp: now, Value: []byte(value(partition, i))})
+	}
+	b, err := batch.AppendBatch(nil, &h, recs, comp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := wire.Produce(ctx, cl.Broker(int(leader)), topic, meta.Topics[0].TopicID, partition, b, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(rp.ErrorCode); err != nil || rp.BaseOffset != from {
+		t.Fatalf("Produce: base offset %d, error %v; want base offset %d", rp.BaseOffset, err, from)
 	}
 }

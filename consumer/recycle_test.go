@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/internal/compress"
 )
 
 // Records of a poll whose predecessor was released are intact: the
@@ -96,11 +97,9 @@ func TestReleaseReusesMemory(t *testing.T) {
 // once its memory is handed back: a use after Release shows at once.
 func TestPoisonReleasedShowsUseAfterRelease(t *testing.T) {
 	c := newCluster(t, 1)
-	// One batch of all 500 records (the linger gathers them), so that it
-	// is compressed: kgo sends a batch that compression does not shrink,
-	// such as a lone record, uncompressed, and its values then alias the
+	// One compressed batch: the values of an uncompressed one alias the
 	// fetch response rather than a released decompression buffer.
-	produceRange(t, c, 0, 0, 500, kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerLinger(200*time.Millisecond))
+	produceOneBatch(t, c, 0, 0, 500, compress.Zstd)
 	cons := newConsumer(t, c, consumer.PoisonReleased())
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
 		t.Fatal(err)
