@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/kepoch/kepoch/errors"
@@ -41,10 +42,18 @@ func iterate(data []byte, o Options) seen {
 	return s
 }
 
-// add records b, with copies of its records.
+// add records b, with copies of its records (Refs made Records, so that
+// the two modes compare equal).
 func (s *seen) add(b *Batch) {
-	s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(b.Records)))
-	for _, r := range b.Records {
+	recs := b.Records
+	if b.Refs != nil {
+		if recs != nil {
+			panic("a batch with both Records and Refs")
+		}
+		recs = fromRefs(b)
+	}
+	s.batches = append(s.batches, fmt.Sprintf("@%d base %d aborted %v marker %+v records %d", b.Position, b.Header.BaseOffset, b.Aborted, b.Marker, len(recs)))
+	for _, r := range recs {
 		r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
 		var hs []RecordHeader
 		for _, h := range r.Headers {
@@ -53,6 +62,20 @@ func (s *seen) add(b *Batch) {
 		r.Headers = hs
 		s.records = append(s.records, r)
 	}
+}
+
+// fromRefs is the Records of b, a batch decoded with Options.Refs.
+func fromRefs(b *Batch) []Record {
+	var recs []Record
+	for _, x := range b.Refs {
+		r := Record{Offset: x.Offset, Timestamp: x.Timestamp, Key: x.Key.In(b.Payload), Value: x.Value.In(b.Payload),
+			LeaderEpoch: b.Header.PartitionLeaderEpoch, Attributes: x.Attributes}
+		if x.HeadersLen > 0 {
+			r.Headers = b.Headers[x.HeadersAt : x.HeadersAt+x.HeadersLen]
+		}
+		recs = append(recs, r)
+	}
+	return recs
 }
 
 func sameSeen(t *testing.T, name string, got, want seen) {
@@ -132,7 +155,64 @@ func TestParallelMatchesSequential(t *testing.T) {
 			if supplied == 0 {
 				t.Fatal("no batch was decompressed into a supplied buffer")
 			}
+			// As Refs, sequential and ahead, own payloads or not.
+			ro := o
+			ro.Refs = true
+			for _, par := range []int{0, 3} {
+				ro.Parallel = par
+				sameSeen(t, fmt.Sprintf("refs %+v", ro), iterate(fetch, ro), want)
+				ro.OwnPayload = true
+				sameSeen(t, fmt.Sprintf("refs %+v", ro), iterate(fetch, ro), want)
+			}
 		}
+	}
+}
+
+// Under Options.Refs a data batch yields its records as Refs only, a
+// control batch its Records (KeepControl) as before; a Ref holds no
+// pointer, so that slices of them are not scanned by the collector.
+func TestRefs(t *testing.T) {
+	fetch, _ := mixedFetch(t)
+	var it Iterator
+	it.Reset(fetch, Options{Refs: true, KeepControl: true})
+	data, control := 0, 0
+	for it.Next() {
+		b := it.Batch()
+		if b.Header.Attributes.Control() {
+			control++
+			if b.Refs != nil || len(b.Records) == 0 {
+				t.Fatalf("control batch at %d: %d refs, %d records", b.Header.BaseOffset, len(b.Refs), len(b.Records))
+			}
+			continue
+		}
+		data++
+		if b.Records != nil || len(b.Refs) != int(b.Header.NumRecords) || b.Payload == nil {
+			t.Fatalf("data batch at %d: %d records, %d refs of %d", b.Header.BaseOffset, len(b.Records), len(b.Refs), b.Header.NumRecords)
+		}
+	}
+	if it.Err() != nil || data == 0 || control == 0 {
+		t.Fatalf("%d data and %d control batches, err %v", data, control, it.Err())
+	}
+	var hasPointers func(reflect.Type) bool
+	hasPointers = func(rt reflect.Type) bool {
+		switch rt.Kind() {
+		case reflect.Struct:
+			for i := range rt.NumField() {
+				if hasPointers(rt.Field(i).Type) {
+					return true
+				}
+			}
+			return false
+		case reflect.Array:
+			return hasPointers(rt.Elem())
+		case reflect.Bool, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int,
+			reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uint:
+			return false
+		}
+		return true
+	}
+	if hasPointers(reflect.TypeFor[Ref]()) {
+		t.Fatal("Ref holds a pointer")
 	}
 }
 

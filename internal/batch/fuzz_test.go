@@ -71,6 +71,11 @@ func FuzzDecode(f *testing.F) {
 			// Into supplied memory that is not zeroed.
 			o.Buffer = poisoned
 			sameSeen(t, "supplied buffers", iterate(data, o), want)
+			// As pointer-free Refs.
+			o.Refs = true
+			sameSeen(t, "refs", iterate(data, o), want)
+			o.Buffer, o.OwnPayload = nil, false
+			sameSeen(t, "refs in reused memory", iterate(data, o), want)
 		}
 		// Most mutations break the CRC; decoding a copy with the CRCs
 		// repaired lets the fuzzer reach the record parser.

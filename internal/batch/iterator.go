@@ -61,6 +61,13 @@ type Options struct {
 	// Decompressor decompresses payloads; nil uses a shared one bounded
 	// at compress.DefaultMaxDecompressedSize.
 	Decompressor *compress.Decompressor
+	// Refs decodes the records of data batches into Batch.Refs instead of
+	// Batch.Records: pointer-free records that locate their keys and
+	// values in Batch.Payload and their headers in Batch.Headers. Control
+	// batches still yield their Marker (and, with KeepControl, Records).
+	// The Refs and Headers are reused as Records are; Payload is as long
+	// lived as the keys and values of Records would be.
+	Refs bool
 	// Parallel, when above 1, lets Next decompress up to Parallel
 	// compressed batches at once when it reaches one that is not
 	// decompressed yet: the batch itself and the ones after it, each on
@@ -85,8 +92,19 @@ type Batch struct {
 	Header Header
 	// Records are the data records at or past Options.StartOffset: empty
 	// for control batches (unless KeepControl), aborted batches and
-	// batches below the start offset.
+	// batches below the start offset. With Options.Refs, data records are
+	// in Refs instead.
 	Records []Record
+	// Refs are the data records at or past Options.StartOffset under
+	// Options.Refs, where Records would be; their keys and values are in
+	// Payload, their headers in Headers.
+	Refs []Ref
+	// Payload is the batch's records, decompressed: what the Refs' slots
+	// index (Options.Refs only).
+	Payload []byte
+	// Headers are the headers of the batch's records in record order,
+	// aliasing Payload (Options.Refs only).
+	Headers []RecordHeader
 	// Marker is the control batch's marker; Type is ControlNone for data
 	// batches.
 	Marker ControlMarker
@@ -113,6 +131,7 @@ type Iterator struct {
 	done    bool
 	b       Batch
 	recs    []Record
+	refs    []Ref
 	hdrs    []RecordHeader
 	buf     []byte
 	filter  AbortFilter
@@ -246,7 +265,8 @@ func (it *Iterator) decode(raw []byte) bool {
 	b := &it.b
 	h := &b.Header
 	readHeader(raw, h)
-	b.Records, b.Aborted, b.Raw, b.Position = nil, false, raw, it.pos
+	b.Records, b.Refs, b.Payload, b.Headers = nil, nil, nil, nil
+	b.Aborted, b.Raw, b.Position = false, raw, it.pos
 	b.Marker = ControlMarker{Type: ControlNone, CoordinatorEpoch: -1}
 	if crc := crc32.Checksum(raw[offAttributes:], castagnoli); crc != h.CRC {
 		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("CRC mismatch: stored %#08x, computed %#08x", h.CRC, crc))
@@ -275,7 +295,28 @@ func (it *Iterator) decode(raw []byte) bool {
 			return true
 		}
 	}
-	recs, ok := it.decodeRecords(h, raw[HeaderSize:])
+	data, ok := it.payload(h, raw[HeaderSize:])
+	if !ok {
+		return false
+	}
+	if it.o.Refs && !control {
+		refs, ok := it.decodeRefs(h, data)
+		if !ok {
+			return false
+		}
+		// Offsets are strictly increasing: skip the prefix below the
+		// start.
+		i := 0
+		for i < len(refs) && refs[i].Offset < it.o.StartOffset {
+			i++
+		}
+		if i < len(refs) {
+			b.Refs = refs[i:]
+		}
+		b.Payload, b.Headers = data, it.hdrs
+		return true
+	}
+	recs, ok := it.decodeRecords(h, data)
 	if !ok {
 		return false
 	}
@@ -309,9 +350,9 @@ func (it *Iterator) decode(raw []byte) bool {
 // buffer of its own (OwnPayload or Retain) rather than a reused one.
 func (it *Iterator) ownPayload() bool { return it.o.OwnPayload || it.o.Retain }
 
-// decodeRecords decompresses and parses the h.NumRecords records of
-// payload, checking that they fill it exactly.
-func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
+// payload returns the records of a batch whose records are payload:
+// payload itself, or decompressed.
+func (it *Iterator) payload(h *Header, payload []byte) ([]byte, bool) {
 	n := int(h.NumRecords)
 	data := payload
 	if codec := h.Attributes.Codec(); codec != compress.None && (n > 0 || len(payload) > 0) {
@@ -343,13 +384,48 @@ func (it *Iterator) decodeRecords(h *Header, payload []byte) ([]Record, bool) {
 		}
 		data = out
 	}
+	return data, it.countFits(h, data)
+}
+
+// countFits checks that the batch's record count can fit in data, its
+// records, and that a batch of no records has none.
+func (it *Iterator) countFits(h *Header, data []byte) bool {
+	n := int(h.NumRecords)
 	if n > len(data)/minRecordSize {
-		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record count %d cannot fit in %d bytes of records", n, len(data)))
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record count %d cannot fit in %d bytes of records", n, len(data)))
 	}
-	if n == 0 {
-		if len(data) > 0 {
-			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of 0 records", len(data)))
+	if n == 0 && len(data) > 0 {
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of 0 records", len(data)))
+	}
+	return true
+}
+
+// decodeRefs parses the h.NumRecords records of data into it.refs,
+// checking that they fill it exactly.
+func (it *Iterator) decodeRefs(h *Header, data []byte) ([]Ref, bool) {
+	n := int(h.NumRecords)
+	if cap(it.refs) < n {
+		it.refs = make([]Ref, n)
+	}
+	refs := it.refs[:n]
+	it.hdrs = it.hdrs[:0]
+	p := parser{h: h, data: data}
+	for i := range refs {
+		if !p.ref(&refs[i], &it.hdrs) {
+			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
 		}
+	}
+	if p.p != len(data) {
+		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
+	}
+	return refs, true
+}
+
+// decodeRecords parses the h.NumRecords records of data, checking that
+// they fill it exactly.
+func (it *Iterator) decodeRecords(h *Header, data []byte) ([]Record, bool) {
+	n := int(h.NumRecords)
+	if n == 0 {
 		return nil, true
 	}
 	var recs []Record

@@ -72,29 +72,48 @@ func (p *parser) reason() string {
 	return "unknown failure"
 }
 
-// bytesField reads a nullable byte field of rec at q: nil for length -1, a
-// capacity-limited sub-slice otherwise.
-func (p *parser) bytesField(rec []byte, q int, field string) ([]byte, int, bool) {
+// slot reads a nullable byte field of rec at q: Len -1 for length -1.
+// rec is a prefix of p.data, so the slot is also a position in p.data.
+func (p *parser) slot(rec []byte, q int, field string) (Slot, int, bool) {
 	l, q := readVarint(rec, q)
 	if q < 0 {
-		return nil, q, p.failVarint(field+" length", q)
+		return Slot{}, q, p.failVarint(field+" length", q)
 	}
 	if l < 0 {
 		if l == -1 {
-			return nil, q, true
+			return Slot{At: int32(q), Len: -1}, q, true
 		}
-		return nil, q, p.failWith(failNegative, field+" length", int64(l))
+		return Slot{}, q, p.failWith(failNegative, field+" length", int64(l))
 	}
 	if int(l) > len(rec)-q {
-		return nil, q, p.failWith(failPastEnd, field, int64(l))
+		return Slot{}, q, p.failWith(failPastEnd, field, int64(l))
 	}
-	end := q + int(l)
-	return rec[q:end:end], end, true
+	return Slot{At: int32(q), Len: l}, q + int(l), true
 }
 
 // record parses the next record into r, appending its headers to *hdrs.
 // Every field of r is written.
 func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
+	var x Ref
+	at := len(*hdrs)
+	if !p.ref(&x, hdrs) {
+		return false
+	}
+	r.Offset, r.Timestamp = x.Offset, x.Timestamp
+	r.Key, r.Value = x.Key.In(p.data), x.Value.In(p.data)
+	r.Headers = nil
+	if x.HeadersLen > 0 {
+		end := at + int(x.HeadersLen)
+		r.Headers = (*hdrs)[at:end:end]
+	}
+	r.LeaderEpoch = p.h.PartitionLeaderEpoch
+	r.Attributes = x.Attributes
+	return true
+}
+
+// ref parses the next record into r, appending its headers to *hdrs (r
+// points at them by index). Every field of r is written.
+func (p *parser) ref(r *Ref, hdrs *[]RecordHeader) bool {
 	length, q := readVarint(p.data, p.p)
 	if q < 0 {
 		return p.failVarint("record length", q)
@@ -119,11 +138,11 @@ func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 	if q < 0 {
 		return p.failVarint("offset delta", q)
 	}
-	key, q, ok := p.bytesField(rec, q, "key")
+	key, q, ok := p.slot(rec, q, "key")
 	if !ok {
 		return false
 	}
-	value, q, ok := p.bytesField(rec, q, "value")
+	value, q, ok := p.slot(rec, q, "value")
 	if !ok {
 		return false
 	}
@@ -131,7 +150,7 @@ func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 	if q < 0 {
 		return p.failVarint("header count", q)
 	}
-	var headers []RecordHeader
+	hat := len(*hdrs)
 	if nh != 0 {
 		if nh < 0 {
 			return p.failWith(failNegative, "header count", int64(nh))
@@ -141,9 +160,7 @@ func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 			return p.failWith(failHeaderCount, "", int64(nh))
 		}
 		hs := slices.Grow(*hdrs, int(nh))
-		start := len(hs)
 		for range nh {
-			var hk, hv []byte
 			var kl int32
 			kl, q = readVarint(rec, q)
 			if q < 0 {
@@ -155,14 +172,14 @@ func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 			if int(kl) > end-q {
 				return p.failWith(failPastEnd, "header key", int64(kl))
 			}
-			hk = rec[q : q+int(kl) : q+int(kl)]
-			if hv, q, ok = p.bytesField(rec, q+int(kl), "header value"); !ok {
+			hk := rec[q : q+int(kl) : q+int(kl)]
+			var hv Slot
+			if hv, q, ok = p.slot(rec, q+int(kl), "header value"); !ok {
 				return false
 			}
-			hs = append(hs, RecordHeader{Key: hk, Value: hv})
+			hs = append(hs, RecordHeader{Key: hk, Value: hv.In(rec)})
 		}
 		*hdrs = hs
-		headers = hs[start:len(hs):len(hs)]
 	}
 	if q != end {
 		return p.failWith(failLengthMismatch, "", int64(end-q))
@@ -177,10 +194,8 @@ func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 	} else {
 		r.Timestamp = h.BaseTimestamp + tsDelta
 	}
-	r.Key = key
-	r.Value = value
-	r.Headers = headers
-	r.LeaderEpoch = h.PartitionLeaderEpoch
+	r.Key, r.Value = key, value
+	r.HeadersAt, r.HeadersLen = int32(hat), nh
 	r.Attributes = attrs
 	p.prev = offDelta
 	p.n++

@@ -34,3 +34,35 @@ type Record struct {
 
 // Time returns Timestamp as a time.Time.
 func (r *Record) Time() time.Time { return time.UnixMilli(r.Timestamp) }
+
+// Slot locates a key or value in its batch's Payload: Payload[At:At+Len],
+// or null when Len is -1.
+type Slot struct{ At, Len int32 }
+
+// Null reports whether the slot is a null key or value.
+func (s Slot) Null() bool { return s.Len < 0 }
+
+// In returns the slot's bytes in payload: nil for a null slot, a
+// capacity-limited sub-slice otherwise.
+func (s Slot) In(payload []byte) []byte {
+	if s.Len < 0 {
+		return nil
+	}
+	end := int(s.At) + int(s.Len)
+	return payload[s.At:end:end]
+}
+
+// Ref is a record of a batch decoded with Options.Refs: its offset and
+// timestamp (as in Record), and where its key, value and headers are.
+// It holds no pointer: a slice of Refs is memory the garbage collector
+// does not scan, however many records it describes.
+type Ref struct {
+	Offset     int64
+	Timestamp  int64
+	Key, Value Slot
+	// The record's headers are Batch.Headers[HeadersAt :
+	// HeadersAt+HeadersLen].
+	HeadersAt, HeadersLen int32
+	// Attributes is the record-level attributes byte.
+	Attributes int8
+}
