@@ -7,7 +7,9 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/internal/compress"
@@ -388,5 +390,38 @@ func TestOwnPayloadKeepsKeysAndValues(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// After Reset, an Iterator keeps nothing of its previous input reachable:
+// its reused scratch (records and headers alias uncompressed input) is
+// cleared, so a long-lived Iterator does not hold old fetch responses.
+func TestResetReleasesInput(t *testing.T) {
+	for _, o := range []Options{{}, {Refs: true}, {KeepControl: true}} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var it Iterator
+		// Two inputs, the first with more records (and headers) than
+		// the second, so the second does not overwrite all the scratch
+		// the first wrote.
+		first := buildBatch(t, specAt(0, compress.None), genRecords(rng, 0, 50, 20))
+		gone := weak.Make(&first[0])
+		it.Reset(first, o)
+		for it.Next() {
+		}
+		first = nil
+		second := buildBatch(t, specAt(50, compress.None), genRecords(rng, 50, 3, 20))
+		it.Reset(second, o)
+		for it.Next() {
+		}
+		if it.Err() != nil {
+			t.Fatal(it.Err())
+		}
+		it.Reset(nil, Options{})
+		runtime.GC()
+		runtime.GC()
+		if gone.Value() != nil {
+			t.Fatalf("%+v: the first input is still reachable after Reset", o)
+		}
+		runtime.KeepAlive(&it)
 	}
 }

@@ -135,6 +135,10 @@ type Iterator struct {
 	hdrs    []RecordHeader
 	buf     []byte
 	filter  AbortFilter
+	// recsUsed and hdrsUsed are how much of recs and hdrs the input
+	// since the last Reset wrote: Reset clears them, so that nothing of
+	// an earlier input stays reachable through the reused scratch.
+	recsUsed, hdrsUsed int
 	// ahead holds the batches decompressed ahead (Options.Parallel), in
 	// input order; next is the first not taken yet. spare are buffers for
 	// the next window.
@@ -168,6 +172,9 @@ func (it *Iterator) Reset(data []byte, o Options) {
 	it.data, it.pos, it.err, it.partial, it.done = data, 0, nil, false, false
 	it.inlineTo = 0
 	it.b = Batch{}
+	clear(it.recs[:it.recsUsed])
+	clear(it.hdrs[:it.hdrsUsed])
+	it.recsUsed, it.hdrsUsed = 0, 0
 	if o.ReadCommitted {
 		it.filter.Reset(o.Aborted)
 	} else {
@@ -411,7 +418,9 @@ func (it *Iterator) decodeRefs(h *Header, data []byte) ([]Ref, bool) {
 	it.hdrs = it.hdrs[:0]
 	p := parser{h: h, data: data}
 	for i := range refs {
-		if !p.ref(&refs[i], &it.hdrs) {
+		ok := p.ref(&refs[i], &it.hdrs)
+		it.hdrsUsed = max(it.hdrsUsed, len(it.hdrs))
+		if !ok {
 			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
 		}
 	}
@@ -436,11 +445,14 @@ func (it *Iterator) decodeRecords(h *Header, data []byte) ([]Record, bool) {
 			it.recs = make([]Record, n)
 		}
 		recs = it.recs[:n]
+		it.recsUsed = max(it.recsUsed, n)
 	}
 	it.hdrs = it.hdrs[:0]
 	p := parser{h: h, data: data}
 	for i := range recs {
-		if !p.record(&recs[i], &it.hdrs) {
+		ok := p.record(&recs[i], &it.hdrs)
+		it.hdrsUsed = max(it.hdrsUsed, len(it.hdrs))
+		if !ok {
 			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
 		}
 	}

@@ -159,7 +159,7 @@ func (p *parser) ref(r *Ref, hdrs *[]RecordHeader) bool {
 		if int(nh) > (end-q)/2 {
 			return p.failWith(failHeaderCount, "", int64(nh))
 		}
-		hs := slices.Grow(*hdrs, int(nh))
+		*hdrs = slices.Grow(*hdrs, int(nh))
 		for range nh {
 			var kl int32
 			kl, q = readVarint(rec, q)
@@ -177,9 +177,8 @@ func (p *parser) ref(r *Ref, hdrs *[]RecordHeader) bool {
 			if hv, q, ok = p.slot(rec, q+int(kl), "header value"); !ok {
 				return false
 			}
-			hs = append(hs, RecordHeader{Key: hk, Value: hv.In(rec)})
+			*hdrs = append(*hdrs, RecordHeader{Key: hk, Value: hv.In(rec)})
 		}
-		*hdrs = hs
 	}
 	if q != end {
 		return p.failWith(failLengthMismatch, "", int64(end-q))
