@@ -407,6 +407,7 @@ func (c *Consumer) signalLocked() {
 // until there is something or ctx ends (then it returns empty Fetches and
 // ctx's error).
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
+	var mk toMake
 	for {
 		leave := c.enterPoll() // the session boundary, see group.go
 		c.mu.Lock()
@@ -418,9 +419,10 @@ func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 		if c.grp != nil {
 			c.grp.pollStartedLocked()
 		}
-		f := c.collectLocked()
+		f := c.collectLocked(&mk)
 		wake := c.wake
 		c.mu.Unlock()
+		c.makeRecords(&f, &mk)
 		if !f.Empty() {
 			if fn := c.cfg.onTruncation; fn != nil {
 				for _, e := range f.Truncations {

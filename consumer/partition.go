@@ -281,28 +281,31 @@ func refreshReason(r seek.RefreshReason) metadata.Reason {
 
 // decoded is a partition's Fetch answer, decoded by its fetch loop without
 // the lock: its records, and per batch its offsets and leader epoch (which
-// Poll steps into the machine when it delivers them).
+// Poll steps into the machine when it delivers them). The records are
+// Refs, which hold no pointer: however many answers are buffered, the
+// garbage collector does not scan them. Poll makes Records of those it
+// delivers, in the slice it returns.
 type decoded struct {
-	records []Record
-	spans   []span
-	err     error    // the decode error that ended the answer, if any
-	bufs    [][]byte // recycled buffers the records' keys and values are in
-	dirty   int      // how much of records' array an earlier use wrote (slab)
+	refs  []batch.Ref
+	spans []span
+	err   error    // the decode error that ended the answer, if any
+	bufs  [][]byte // recycled buffers the records' keys and values are in
 }
 
 // span is one decoded batch: its digest (offsets, leader epoch, producer,
-// CRC) and its records in decoded.records.
+// CRC), its records in decoded.refs and what their slots index.
 type span struct {
 	batch    DeliveredBatch
 	from, to int
+	payload  []byte               // the batch's records, decompressed
+	headers  []batch.RecordHeader // the records' headers, in payload
 }
 
 // decode decodes the record batches of rp, a Fetch answer for tp that asked
 // from offset start (records below it are left out). It runs in the fetch
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
-	sl := recycled.records(countRecords(rp.RecordBatches))
-	d := &decoded{records: sl.recs}
+	d := &decoded{refs: refSlices.get(countRecords(rp.RecordBatches))}
 	var buffer func(int) []byte
 	if recycled.active.Load() || c.cfg.poisonReleased {
 		// The application releases its records: decompress into
@@ -319,6 +322,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		ReadCommitted: c.cfg.readCommitted,
 		Decompressor:  c.dec,
 		Parallel:      c.cfg.decodeParallel,
+		Refs:          true,
 		// Keys and values alias the answer (uncompressed batches) or
 		// their batch's own decompressed bytes, which nothing reuses:
 		// the records keep them without a copy.
@@ -328,29 +332,30 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 	for it.Next() {
 		bt := it.Batch()
 		h := &bt.Header
-		sp := span{from: len(d.records), batch: DeliveredBatch{Base: h.BaseOffset, Last: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
+		sp := span{from: len(d.refs), batch: DeliveredBatch{Base: h.BaseOffset, Last: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
 			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
 			Transactional: h.Attributes.Transactional(), CRC: h.CRC, Records: h.NumRecords}}
-		d.records = slices.Grow(d.records, len(bt.Records))
-		for i := range bt.Records {
-			r := &bt.Records[i]
-			d.records = d.records[:len(d.records)+1]
-			rec := &d.records[len(d.records)-1]
-			record(rec, tp, h, r)
+		if len(bt.Refs) > 0 {
+			sp.payload = bt.Payload
+			if len(bt.Headers) > 0 {
+				sp.headers = slices.Clone(bt.Headers) // the Iterator reuses its own
+			}
+			d.refs = append(d.refs, bt.Refs...)
 		}
-		sp.to = len(d.records)
+		sp.to = len(d.refs)
 		d.spans = append(d.spans, sp)
 	}
 	d.err = it.Err()
-	d.dirty = sl.holding(d.records).dirty
 	it.Reset(nil, batch.Options{}) // keep nothing of the answer alive
 	return d
 }
 
 // collectLocked takes what Poll returns: pending reports and errors, then the
 // buffered answers of unpaused partitions, stepped into their machines as
-// they are delivered.
-func (c *Consumer) collectLocked() Fetches {
+// they are delivered. The records delivered are listed in mk, for Poll to
+// make outside the lock (makeRecords): the fetch loops need the lock to
+// buffer their next answers and plan their next requests meanwhile.
+func (c *Consumer) collectLocked(mk *toMake) Fetches {
 	var f Fetches
 	f.Truncations, c.events = c.events, nil
 	f.Errors, c.errs = c.errs, nil
@@ -364,22 +369,11 @@ func (c *Consumer) collectLocked() Fetches {
 			continue
 		}
 		take = append(take, p)
-		n += len(p.buf.d.records)
+		n += len(p.buf.d.refs)
 	}
 	c.ready = append(keep, c.ready...)
-	var merged slab
-	if len(take) > 1 {
-		// One answer's records are returned as they are; several are
-		// copied into one slice, sized once.
-		merged = recycled.records(n)
-		f.Records = merged.recs
-	}
 	for _, p := range take {
-		c.deliverLocked(p, &f, len(take) == 1)
-	}
-	if len(take) > 1 {
-		m := f.memory(&recycled, c.cfg.poisonReleased)
-		m.slabs = append(m.slabs, merged.holding(f.Records))
+		c.deliverLocked(p, &f, mk)
 	}
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.
@@ -389,29 +383,61 @@ func (c *Consumer) collectLocked() Fetches {
 	return f
 }
 
+// toMake lists the records a Poll delivers, as collectLocked decided: runs
+// of Refs of delivered batches, in delivery order, and the answers' Ref
+// slices to pool once they are made.
+type toMake struct {
+	n    int
+	runs []run
+	done [][]batch.Ref
+}
+
+// run is a run of delivered records: refs of the batch sp of partition tp.
+type run struct {
+	tp   TopicPartition
+	sp   *span
+	refs []batch.Ref
+}
+
+// makeRecords makes the records mk lists into f.Records, one slice sized
+// once. It runs without the lock: the answers are the Poll's alone.
+func (c *Consumer) makeRecords(f *Fetches, mk *toMake) {
+	if mk.n > 0 {
+		sl := recycled.records(mk.n)
+		recs := sl.recs[:mk.n]
+		i := 0
+		for _, r := range mk.runs {
+			for j := range r.refs {
+				record(&recs[i], r.tp, r.sp, &r.refs[j])
+				i++
+			}
+		}
+		f.Records = recs
+		m := f.memory(&recycled, c.cfg.poisonReleased)
+		m.slabs = append(m.slabs, sl.holding(recs))
+	}
+	for _, refs := range mk.done {
+		refSlices.put(refs) // nothing refers to them any more
+	}
+	*mk = toMake{}
+}
+
 // deliverLocked steps each batch of p's buffered answer into the machine and
-// puts its records in f.Records: a batch the machine does not accept (stale,
-// or one that starts a validation) ends the delivery, and the rest of the
-// answer is dropped. With inPlace (the only answer of the Poll), f.Records
-// is the answer's own records, trimmed.
-func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
+// lists its records in mk: a batch the machine does not accept (stale, or
+// one that starts a validation) ends the delivery, and the rest of the
+// answer is dropped.
+func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake) {
 	b := p.buf
 	c.buffered -= b.size
 	p.buf = nil
 	c.wakeFetchersLocked()
 
 	d := b.d
-	w := 0 // in place: the records kept end at w
+	mk.done = append(mk.done, d.refs)
 	m := f.memory(&recycled, c.cfg.poisonReleased)
 	m.bufs = append(m.bufs, d.bufs...)
-	if inPlace {
-		f.Records = d.records[:0]
-		m.slabs = append(m.slabs, slab{recs: d.records, dirty: d.dirty})
-	} else if recycled.active.Load() {
-		// The records are copied out: the answer's slice is free now.
-		defer recycled.putSlab(slab{recs: d.records, dirty: d.dirty})
-	}
-	for _, sp := range d.spans {
+	for i := range d.spans {
+		sp := &d.spans[i]
 		before, _ := p.m.Position()
 		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.batch.Base, Last: sp.batch.Last, Epoch: sp.batch.LeaderEpoch})
 		after, ok := p.m.Position()
@@ -429,18 +455,13 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 		// the records below the position are a prefix of the span: skip
 		// it without reading every record again.
 		from := sp.from
-		if from < sp.to && d.records[from].Offset < before.Offset {
-			from += sort.Search(sp.to-sp.from, func(i int) bool { return d.records[sp.from+i].Offset >= before.Offset })
+		if from < sp.to && d.refs[from].Offset < before.Offset {
+			from += sort.Search(sp.to-sp.from, func(i int) bool { return d.refs[sp.from+i].Offset >= before.Offset })
 		}
-		if !inPlace {
-			f.Records = append(f.Records, d.records[from:sp.to]...)
-			continue
+		if from < sp.to {
+			mk.runs = append(mk.runs, run{tp: p.tp, sp: sp, refs: d.refs[from:sp.to]})
+			mk.n += sp.to - from
 		}
-		if w != from {
-			copy(d.records[w:], d.records[from:sp.to])
-		}
-		w += sp.to - from
-		f.Records = d.records[:w]
 	}
 	if err := d.err; err != nil {
 		pos, _ := p.m.Position()
@@ -456,20 +477,21 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, inPlace bool) {
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
 }
 
-// record fills rec, a slot of a new or recycled slice, with the record r of
-// batch h of partition tp.
-func record(rec *Record, tp TopicPartition, h *batch.Header, r *batch.Record) {
+// record fills rec, a slot of a new or recycled slice, with the record x
+// of batch sp of partition tp.
+func record(rec *Record, tp TopicPartition, sp *span, x *batch.Ref) {
 	// Field by field into the slot: a struct literal would be built
 	// aside and copied in whole with bulk write barriers (a fifth of a
 	// small-record consumer's CPU).
-	rec.Topic, rec.Partition, rec.Offset, rec.LeaderEpoch = tp.Topic, tp.Partition, r.Offset, r.LeaderEpoch
-	rec.Timestamp = time.UnixMilli(r.Timestamp)
-	rec.Key, rec.Value = r.Key, r.Value
-	rec.ProducerID, rec.ProducerEpoch = h.ProducerID, h.ProducerEpoch
+	rec.Topic, rec.Partition, rec.Offset, rec.LeaderEpoch = tp.Topic, tp.Partition, x.Offset, sp.batch.LeaderEpoch
+	rec.Timestamp = time.UnixMilli(x.Timestamp)
+	rec.Key, rec.Value = x.Key.In(sp.payload), x.Value.In(sp.payload)
+	rec.ProducerID, rec.ProducerEpoch = sp.batch.ProducerID, sp.batch.ProducerEpoch
 	rec.Headers = nil // a recycled slot holds an earlier record's
-	if len(r.Headers) > 0 {
-		rec.Headers = make([]Header, len(r.Headers))
-		for i, hd := range r.Headers {
+	if x.HeadersLen > 0 {
+		hs := sp.headers[x.HeadersAt : x.HeadersAt+x.HeadersLen]
+		rec.Headers = make([]Header, len(hs))
+		for i, hd := range hs {
 			rec.Headers[i] = Header{Key: string(hd.Key), Value: bytes.Clone(hd.Value)}
 			if hd.Value == nil {
 				rec.Headers[i].Value = nil

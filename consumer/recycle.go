@@ -8,6 +8,8 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kepoch/kepoch/internal/batch"
 )
 
 // recycled is the process's recycler, shared by its consumers: memory one
@@ -142,4 +144,31 @@ func (f *Fetches) Release() {
 		return
 	}
 	m.r.release(m)
+}
+
+// refSlices keeps the Ref slices buffered answers are decoded into: they
+// never reach the application, so each goes back once its answer is
+// delivered, whether or not the application releases anything.
+var refSlices refPool
+
+// refPool is a pool of Ref slices in the recycler's size classes.
+type refPool struct {
+	classes [bits.UintSize]sync.Pool // *[]batch.Ref
+}
+
+// get returns an empty Ref slice with room for n Refs.
+func (p *refPool) get(n int) []batch.Ref {
+	c, alloc := classes(n)
+	if v, ok := p.classes[c].Get().(*[]batch.Ref); ok {
+		return (*v)[:0]
+	}
+	return make([]batch.Ref, 0, alloc)
+}
+
+// put takes back a Ref slice nothing refers to any more.
+func (p *refPool) put(refs []batch.Ref) {
+	if cap(refs) > 0 {
+		refs = refs[:0]
+		p.classes[putClass(cap(refs))].Put(&refs)
+	}
 }
