@@ -158,8 +158,9 @@ func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partM
 // its share of the bound (and FetchMaxBytes), and none is sent while the
 // buffer has too little room left, until Poll drains it (default 64 MiB). A
 // broker may exceed a Fetch's byte limits by one batch larger than them.
-// Bytes are counted as fetched (record batches, compressed or not); the
-// records they are decoded into, which Poll returns, take more memory.
+// Bytes are counted as fetched (record batches, compressed or not): a
+// buffered answer also holds its batches decompressed and 40 bytes per
+// record, and the Records Poll makes of it take more memory again.
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
 // MaxPollRecords makes Poll stop taking more fetched partitions once it has
