@@ -415,19 +415,35 @@ func (it *Iterator) decodeRefs(h *Header, data []byte) ([]Ref, bool) {
 		it.refs = make([]Ref, n)
 	}
 	refs := it.refs[:n]
+	if !it.parseEach(h, data, refs, nil) {
+		return nil, false
+	}
+	return refs, true
+}
+
+// parseEach parses the records of data, one into each of refs (when it is
+// not nil) or recs, checking that they fill data exactly; their headers go
+// to it.hdrs.
+func (it *Iterator) parseEach(h *Header, data []byte, refs []Ref, recs []Record) bool {
 	it.hdrs = it.hdrs[:0]
 	p := parser{h: h, data: data}
-	for i := range refs {
-		ok := p.ref(&refs[i], &it.hdrs)
+	n := max(len(refs), len(recs))
+	for i := range n {
+		var ok bool
+		if refs != nil {
+			ok = p.ref(&refs[i], &it.hdrs)
+		} else {
+			ok = p.record(&recs[i], &it.hdrs)
+		}
 		it.hdrsUsed = max(it.hdrsUsed, len(it.hdrs))
 		if !ok {
-			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
+			return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
 		}
 	}
 	if p.p != len(data) {
-		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
+		return it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
 	}
-	return refs, true
+	return true
 }
 
 // decodeRecords parses the h.NumRecords records of data, checking that
@@ -447,17 +463,8 @@ func (it *Iterator) decodeRecords(h *Header, data []byte) ([]Record, bool) {
 		recs = it.recs[:n]
 		it.recsUsed = max(it.recsUsed, n)
 	}
-	it.hdrs = it.hdrs[:0]
-	p := parser{h: h, data: data}
-	for i := range recs {
-		ok := p.record(&recs[i], &it.hdrs)
-		it.hdrsUsed = max(it.hdrsUsed, len(it.hdrs))
-		if !ok {
-			return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("record %d of %d: %s", i, n, p.reason()))
-		}
-	}
-	if p.p != len(data) {
-		return nil, it.fail(h.BaseOffset, errCorrupt, fmt.Sprintf("%d bytes of records after the last of %d records", len(data)-p.p, n))
+	if !it.parseEach(h, data, nil, recs) {
+		return nil, false
 	}
 	if it.o.Retain && len(it.hdrs) > 0 {
 		// Move the headers out of the reused slab, in record order.
