@@ -83,6 +83,30 @@ func BenchmarkDecode(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/record")
 			}
 			b.Run(codec.String()+"/"+sz.name+"/kepoch", func(b *testing.B) { kepoch(b, 0) })
+			// Options.Refs, as the consumer decodes: pointer-free
+			// records whose keys and values are slots of the payload.
+			b.Run(codec.String()+"/"+sz.name+"/kepoch-refs", func(b *testing.B) {
+				var it Iterator
+				o := Options{Topic: "t", Partition: 3, Refs: true}
+				b.SetBytes(int64(len(fetch)))
+				b.ReportAllocs()
+				for b.Loop() {
+					it.Reset(fetch, o)
+					n := 0
+					for it.Next() {
+						bt := it.Batch()
+						for i := range bt.Refs {
+							x := &bt.Refs[i]
+							sink += x.Offset + int64(len(x.Key.In(bt.Payload))+len(x.Value.In(bt.Payload))+int(x.HeadersLen))
+						}
+						n += len(bt.Refs)
+					}
+					if it.Err() != nil || n != records {
+						b.Fatalf("%v, %d records", it.Err(), n)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/record")
+			})
 			// Options.Parallel: the same work on up to GOMAXPROCS
 			// goroutines (wall time per record; the CPU per record is
 			// kepoch's, plus the goroutines' start).
