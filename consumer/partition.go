@@ -414,7 +414,7 @@ func (c *Consumer) makeRecords(f *Fetches, mk *toMake) {
 		}
 		f.Records = recs
 		m := f.memory(&recycled, c.cfg.poisonReleased)
-		m.slabs = append(m.slabs, sl.holding(recs))
+		m.recs = sl.holding(recs)
 	}
 	for _, refs := range mk.done {
 		refSlices.put(refs) // nothing refers to them any more

@@ -1,8 +1,9 @@
 package consumer
 
-// recycle.go: the memory Fetches.Release hands back: the record slices Poll
+// recycle.go: the memory Fetches.Release hands back: the record slice Poll
 // returns and the buffers compressed batches are decompressed into, reused
-// by later fetches instead of allocated (and zeroed, and collected) anew.
+// by later polls and fetches instead of allocated (and zeroed, and
+// collected) anew; and the pool of the Ref slices answers are buffered in.
 
 import (
 	"math/bits"
@@ -24,7 +25,7 @@ var recycled recycler
 // idle process would keep forever.
 type recycler struct {
 	active atomic.Bool
-	slabs  [bits.UintSize]sync.Pool // *[]Record
+	slabs  [bits.UintSize]sync.Pool // *slab
 	bufs   [bits.UintSize]sync.Pool // *[]byte
 }
 
@@ -87,9 +88,7 @@ func (r *recycler) buffer(n int) []byte {
 // release takes back the memory of a released Fetches.
 func (r *recycler) release(m *pollMemory) {
 	r.active.Store(true)
-	for _, sl := range m.slabs {
-		r.putSlab(sl)
-	}
+	r.putSlab(m.recs)
 	for _, b := range m.bufs {
 		if cap(b) > 0 {
 			if m.poison {
@@ -117,14 +116,14 @@ func (r *recycler) putSlab(sl slab) {
 	r.slabs[putClass(cap(sl.recs))].Put(&slab{recs: sl.recs[:0], dirty: w})
 }
 
-// pollMemory is the recyclable memory behind the records of one Poll: the
-// record slices (each with the records its use wrote) and the
-// decompression buffers they live in.
+// pollMemory is the recyclable memory behind the records of one Poll: its
+// record slice (with the records it was made with) and the decompression
+// buffers they live in.
 type pollMemory struct {
 	r        *recycler
 	poison   bool // PoisonReleased
 	released atomic.Bool
-	slabs    []slab
+	recs     slab
 	bufs     [][]byte
 }
 

@@ -17,7 +17,7 @@ func TestRecycler(t *testing.T) {
 		if cap(s) < 100 || cap(b) < 5000 || len(s) != 0 || len(b) != 0 {
 			t.Fatalf("records: len %d cap %d; buffer: len %d cap %d", len(s), cap(s), len(b), cap(b))
 		}
-		f := Fetches{Records: s[:1], mem: &pollMemory{r: &r, slabs: []slab{{recs: s}}, bufs: [][]byte{b}}}
+		f := Fetches{Records: s[:1], mem: &pollMemory{r: &r, recs: slab{recs: s}, bufs: [][]byte{b}}}
 		g := f
 		f.Release()
 		g.Release() // a copy: no second hand-back
@@ -57,7 +57,7 @@ func TestRecyclerClearsStaleRecords(t *testing.T) {
 	for try := 0; try < 50; try++ {
 		first := fill(r.records(10), 10)
 		arr := &first.recs[:1][0]
-		r.release(&pollMemory{r: &r, slabs: []slab{first}})
+		r.release(&pollMemory{r: &r, recs: first})
 		again := r.records(10)
 		if len(again.recs) != 0 || &again.recs[:1][0] != arr {
 			continue // the pool dropped it (it may, under -race)
@@ -66,7 +66,7 @@ func TestRecyclerClearsStaleRecords(t *testing.T) {
 			t.Fatalf("dirty %d after a use of 10 records", again.dirty)
 		}
 		second := fill(again, 4)
-		r.release(&pollMemory{r: &r, slabs: []slab{second}})
+		r.release(&pollMemory{r: &r, recs: second})
 		third := r.records(10)
 		if &third.recs[:1][0] != arr {
 			continue
