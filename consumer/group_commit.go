@@ -72,6 +72,7 @@ func (g *group) commitLoop() {
 		var r *commitReq
 		if len(g.commits.q) > 0 {
 			r = g.commits.q[0]
+			g.commits.q[0] = nil // the array, reused, must not keep it
 			g.commits.q = g.commits.q[1:]
 		}
 		g.commits.mu.Unlock()

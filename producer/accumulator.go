@@ -195,6 +195,16 @@ func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outco
 
 // replaceInOrder puts the batches bs where b was in its partition's report
 // order (b was split).
+// popQueue takes the queue's first batch. Its slot is cleared: the queue's
+// array, which later appends reuse, must not keep a finished batch (and its
+// records) reachable.
+func (ps *pstate) popQueue() *pbatch {
+	b := ps.queue[0]
+	ps.queue[0] = nil
+	ps.queue = ps.queue[1:]
+	return b
+}
+
 func (ps *pstate) replaceInOrder(b *pbatch, bs []*pbatch) {
 	for i, x := range ps.order {
 		if x == b {

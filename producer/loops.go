@@ -250,8 +250,7 @@ func (p *Producer) expireLoop() {
 			for _, ps := range p.parts {
 				// Batches never sent: certainly not written.
 				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
-					b := ps.queue[0]
-					ps.queue = ps.queue[1:]
+					b := ps.popQueue()
 					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
 				}
 				if ps.open != nil && !now.Before(ps.open.deadline) {

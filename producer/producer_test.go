@@ -3,10 +3,12 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -505,5 +507,53 @@ func TestProduceFollowsPartitionGrowth(t *testing.T) {
 	res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Key: key, Value: []byte("keyed")})
 	if err != nil || res[0].Partition != producer.KeyPartition(key, 3) {
 		t.Fatalf("keyed record after growth: %+v, %v (want partition %d)", res, err, producer.KeyPartition(key, 3))
+	}
+}
+
+// Once its callback has run, a record is not reachable from the producer:
+// neither the Record nor its value is kept alive by the producer's reused
+// queues and slices while it goes on producing, however much later
+// traffic is smaller.
+func TestDeliveredRecordsAreReleased(t *testing.T) {
+	cases := map[string][]producer.Opt{
+		"idempotent":      {producer.Compression(compress.None)},
+		"idempotent-zstd": {producer.Compression(compress.Zstd)},
+		"plain":           {producer.DisableIdempotence()},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 1)
+			p := newProducer(t, c, append(opts, producer.Linger(5*time.Millisecond))...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			produce := func(n, size int) (records []weak.Pointer[producer.Record], values []weak.Pointer[byte]) {
+				var wg sync.WaitGroup
+				for i := 0; i < n; i++ {
+					r := &producer.Record{Topic: topic, Value: make([]byte, size)}
+					records, values = append(records, weak.Make(r)), append(values, weak.Make(&r.Value[0]))
+					wg.Add(1)
+					if err := p.Produce(ctx, r, func(res producer.Result) {
+						if res.Err != nil {
+							t.Error(res.Err)
+						}
+						wg.Done()
+					}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				wg.Wait()
+				return records, values
+			}
+			records, values := produce(50, 64<<10)
+			produce(1, 10) // a later, smaller round reuses what the first grew
+			runtime.GC()
+			runtime.GC()
+			for i := range records {
+				if records[i].Value() != nil || values[i].Value() != nil {
+					t.Fatalf("record %d of the first round is still reachable (record %v, value %v)", i, records[i].Value() != nil, values[i].Value() != nil)
+				}
+			}
+			runtime.KeepAlive(p)
+		})
 	}
 }

@@ -423,8 +423,7 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (sent
 		if len(ps.queue) == 0 {
 			return sent{}, false
 		}
-		b := ps.queue[0]
-		ps.queue = ps.queue[1:]
+		b := ps.popQueue()
 		ps.inflight = b
 		return sent{b: b, ps: ps}, true
 	}
@@ -453,7 +452,7 @@ func (s *sink) nextBatch(ps *pstate, now time.Time, later func(time.Time)) (sent
 	if err != nil {
 		return sent{}, false // not now: in-flight limit, recovery, or no producer ID
 	}
-	ps.queue = ps.queue[1:]
+	ps.popQueue()
 	b.ref, b.assigned = ref, true
 	p.batches[ref] = b
 	return sent{b: b, ps: ps, ref: ref, id: id}, true
