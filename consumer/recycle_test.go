@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -123,5 +125,63 @@ func TestPoisonReleasedShowsUseAfterRelease(t *testing.T) {
 			t.Fatalf("after Release the value reads %q, not the poison", kept.Value)
 		}
 		return
+	}
+}
+
+// Records the application dropped are not kept reachable by the consumer
+// as it goes on fetching (whether their values alias a fetch response or
+// a decompressed batch).
+func TestPolledRecordsAreReleased(t *testing.T) {
+	for _, codec := range []kgo.CompressionCodec{kgo.NoCompression(), kgo.ZstdCompression()} {
+		t.Run(fmt.Sprint(codec), func(t *testing.T) {
+			c := newCluster(t, 1)
+			big := bytes.Repeat([]byte("v"), 16<<10)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+				kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			send := func(n int, v []byte) {
+				for i := 0; i < n; i++ {
+					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: v}).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			send(100, big)
+			cons := newConsumer(t, c)
+			if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+			var values []weak.Pointer[byte]
+			for len(values) < 100 {
+				f, err := cons.Poll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range f.Records {
+					values = append(values, weak.Make(&r.Value[0]))
+				}
+			}
+			send(3, []byte("small"))
+			for got := 0; got < 3; {
+				f, err := cons.Poll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += len(f.Records)
+			}
+			runtime.GC()
+			runtime.GC()
+			for i, w := range values {
+				if w.Value() != nil {
+					t.Fatalf("the value of record %d is still reachable", i)
+				}
+			}
+			runtime.KeepAlive(cons)
+		})
 	}
 }
