@@ -60,34 +60,11 @@ func BenchmarkDecode(b *testing.B) {
 	for _, codec := range compress.Codecs {
 		for _, sz := range benchSizes {
 			fetch := benchFetch(b, codec, sz.size)
-			kepoch := func(b *testing.B, parallel int) {
+			// o.Refs, as the consumer decodes: pointer-free records
+			// whose keys and values are slots of the payload.
+			kepoch := func(b *testing.B, o Options) {
 				var it Iterator
-				o := Options{Topic: "t", Partition: 3, Parallel: parallel}
-				b.SetBytes(int64(len(fetch)))
-				b.ReportAllocs()
-				for b.Loop() {
-					it.Reset(fetch, o)
-					n := 0
-					for it.Next() {
-						recs := it.Batch().Records
-						for i := range recs {
-							r := &recs[i]
-							sink += r.Offset + int64(len(r.Key)+len(r.Value)+len(r.Headers))
-						}
-						n += len(recs)
-					}
-					if it.Err() != nil || n != records {
-						b.Fatalf("%v, %d records", it.Err(), n)
-					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/record")
-			}
-			b.Run(codec.String()+"/"+sz.name+"/kepoch", func(b *testing.B) { kepoch(b, 0) })
-			// Options.Refs, as the consumer decodes: pointer-free
-			// records whose keys and values are slots of the payload.
-			b.Run(codec.String()+"/"+sz.name+"/kepoch-refs", func(b *testing.B) {
-				var it Iterator
-				o := Options{Topic: "t", Partition: 3, Refs: true}
+				o.Topic, o.Partition = "t", 3
 				b.SetBytes(int64(len(fetch)))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -95,23 +72,29 @@ func BenchmarkDecode(b *testing.B) {
 					n := 0
 					for it.Next() {
 						bt := it.Batch()
+						for i := range bt.Records {
+							r := &bt.Records[i]
+							sink += r.Offset + int64(len(r.Key)+len(r.Value)+len(r.Headers))
+						}
 						for i := range bt.Refs {
 							x := &bt.Refs[i]
 							sink += x.Offset + int64(len(x.Key.In(bt.Payload))+len(x.Value.In(bt.Payload))+int(x.HeadersLen))
 						}
-						n += len(bt.Refs)
+						n += len(bt.Records) + len(bt.Refs)
 					}
 					if it.Err() != nil || n != records {
 						b.Fatalf("%v, %d records", it.Err(), n)
 					}
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*records), "ns/record")
-			})
+			}
+			b.Run(codec.String()+"/"+sz.name+"/kepoch", func(b *testing.B) { kepoch(b, Options{}) })
+			b.Run(codec.String()+"/"+sz.name+"/kepoch-refs", func(b *testing.B) { kepoch(b, Options{Refs: true}) })
 			// Options.Parallel: the same work on up to GOMAXPROCS
 			// goroutines (wall time per record; the CPU per record is
 			// kepoch's, plus the goroutines' start).
 			if codec != compress.None && runtime.GOMAXPROCS(0) > 1 {
-				b.Run(codec.String()+"/"+sz.name+"/kepoch-parallel", func(b *testing.B) { kepoch(b, runtime.GOMAXPROCS(0)) })
+				b.Run(codec.String()+"/"+sz.name+"/kepoch-parallel", func(b *testing.B) { kepoch(b, Options{Parallel: runtime.GOMAXPROCS(0)}) })
 			}
 			b.Run(codec.String()+"/"+sz.name+"/kgo", func(b *testing.B) {
 				dec := kgo.DefaultDecompressor()

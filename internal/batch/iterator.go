@@ -311,13 +311,7 @@ func (it *Iterator) decode(raw []byte) bool {
 		if !ok {
 			return false
 		}
-		// Offsets are strictly increasing: skip the prefix below the
-		// start.
-		i := 0
-		for i < len(refs) && refs[i].Offset < it.o.StartOffset {
-			i++
-		}
-		if i < len(refs) {
+		if i := it.below(len(refs), func(i int) int64 { return refs[i].Offset }); i < len(refs) {
 			b.Refs = refs[i:]
 		}
 		b.Payload, b.Headers = data, it.hdrs
@@ -342,15 +336,21 @@ func (it *Iterator) decode(raw []byte) bool {
 			return true
 		}
 	}
-	// Offsets are strictly increasing: skip the prefix below the start.
-	i := 0
-	for i < len(recs) && recs[i].Offset < it.o.StartOffset {
-		i++
-	}
-	if i < len(recs) {
+	if i := it.below(len(recs), func(i int) int64 { return recs[i].Offset }); i < len(recs) {
 		b.Records = recs[i:]
 	}
 	return true
+}
+
+// below returns how many of a batch's n records, whose offsets offset
+// gives, are below the start offset: a prefix, since offsets rise
+// strictly within a batch.
+func (it *Iterator) below(n int, offset func(int) int64) int {
+	i := 0
+	for i < n && offset(i) < it.o.StartOffset {
+		i++
+	}
+	return i
 }
 
 // ownPayload says whether each compressed batch is decompressed into a
