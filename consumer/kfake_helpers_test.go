@@ -226,6 +226,20 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // records into batches depends on timing).
 func produceOneBatch(t *testing.T, c *kfake.Cluster, partition int32, from, to int64, codec compress.Codec) {
 	t.Helper()
+	b := batch.NewBuilder(nil)
+	spec := batch.DefaultSpec()
+	spec.Codec = codec
+	b.Reset(spec)
+	now := time.Now().UnixMilli()
+	for i := from; i < to; i++ {
+		if err := b.Append(now, nil, []byte(value(partition, i)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -233,34 +247,7 @@ func produceOneBatch(t *testing.T, c *kfake.Cluster, partition int32, from, to i
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mreq := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	mreq.Topics = append(mreq.Topics, mt)
-	meta, err := mreq.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(meta.Topics) != 1 || int(partition) >= len(meta.Topics[0].Partitions) {
-		t.Fatalf("metadata for %s[%d]: %+v", topic, partition, meta.Topics)
-	}
-	leader := meta.Topics[0].Partitions[partition].Leader
-	comp, err := compress.NewCompressor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UnixMilli()
-	h := batch.Header{Attributes: batch.Attributes(codec), LastOffsetDelta: int32(to - from - 1), BaseTimestamp: now, MaxTimestamp: now,
-		ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}
-	var recs []batch.Record
-	for i := from; i < to; i++ {
-		recs = append(recs, batch.Record{Offset: i - from, Timestamp: now, Value: []byte(value(partition, i))})
-	}
-	b, err := batch.AppendBatch(nil, &h, recs, comp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp, err := wire.Produce(ctx, cl.Broker(int(leader)), topic, meta.Topics[0].TopicID, partition, b, 5*time.Second)
+	rp, err := wire.Produce(ctx, cl.Broker(int(c.LeaderFor(topic, partition))), topic, c.TopicInfo(topic).TopicID, partition, enc, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

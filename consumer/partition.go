@@ -311,7 +311,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		// The application releases its records: decompress into
 		// released memory (its keys and values are released with them).
 		buffer = func(n int) []byte {
-			b := recycled.buffer(n)
+			b := recycled.bufs.get(n)
 			d.bufs = append(d.bufs, b)
 			return b
 		}
@@ -414,7 +414,7 @@ func (c *Consumer) makeRecords(f *Fetches, mk *toMake) {
 		}
 		f.Records = recs
 		m := f.memory(&recycled, c.cfg.poisonReleased)
-		m.recs = sl.holding(recs)
+		m.recs = slab{recs: recs, dirty: sl.dirty}
 	}
 	for _, refs := range mk.done {
 		refSlices.put(refs) // nothing refers to them any more

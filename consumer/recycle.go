@@ -26,7 +26,28 @@ var recycled recycler
 type recycler struct {
 	active atomic.Bool
 	slabs  [bits.UintSize]sync.Pool // *slab
-	bufs   [bits.UintSize]sync.Pool // *[]byte
+	bufs   classPool[byte]
+}
+
+// classPool keeps slices of T in the recycler's size classes; a slice from
+// it has len 0, and its contents are whatever a previous use left.
+type classPool[T any] [bits.UintSize]sync.Pool // *[]T
+
+// get returns an empty slice with a capacity of n or more.
+func (p *classPool[T]) get(n int) []T {
+	c, alloc := classes(n)
+	if v, ok := p[c].Get().(*[]T); ok {
+		return (*v)[:0]
+	}
+	return make([]T, 0, alloc)
+}
+
+// put takes back a slice nothing refers to any more.
+func (p *classPool[T]) put(s []T) {
+	if cap(s) > 0 {
+		s = s[:0]
+		p[putClass(cap(s))].Put(&s)
+	}
 }
 
 // classes returns the class a request for n must come from (every
@@ -52,16 +73,6 @@ type slab struct {
 	dirty int
 }
 
-// holding returns sl with recs, sl.recs after appends: if they outgrew its
-// array into a new one, no slot of that one holds an earlier use's record.
-func (sl slab) holding(recs []Record) slab {
-	if cap(recs) != cap(sl.recs) {
-		sl.dirty = 0
-	}
-	sl.recs = recs
-	return sl
-}
-
 // records returns an empty record slice with room for n records: a
 // released one of that capacity or more, or a new one.
 func (r *recycler) records(n int) slab {
@@ -75,31 +86,18 @@ func (r *recycler) records(n int) slab {
 	return slab{recs: make([]Record, 0, alloc)}
 }
 
-// buffer returns a byte slice with a capacity of n or more; its contents
-// are whatever a previous use left.
-func (r *recycler) buffer(n int) []byte {
-	c, alloc := classes(n)
-	if v, ok := r.bufs[c].Get().(*[]byte); ok {
-		return (*v)[:0]
-	}
-	return make([]byte, 0, alloc)
-}
-
 // release takes back the memory of a released Fetches.
 func (r *recycler) release(m *pollMemory) {
 	r.active.Store(true)
 	r.putSlab(m.recs)
 	for _, b := range m.bufs {
-		if cap(b) > 0 {
-			if m.poison {
-				b = b[:cap(b)]
-				for i := range b {
-					b[i] = 0xa5
-				}
+		if m.poison {
+			b = b[:cap(b)]
+			for i := range b {
+				b[i] = 0xa5
 			}
-			b = b[:0]
-			r.bufs[putClass(cap(b))].Put(&b)
 		}
+		r.bufs.put(b)
 	}
 }
 
@@ -148,26 +146,4 @@ func (f *Fetches) Release() {
 // refSlices keeps the Ref slices buffered answers are decoded into: they
 // never reach the application, so each goes back once its answer is
 // delivered, whether or not the application releases anything.
-var refSlices refPool
-
-// refPool is a pool of Ref slices in the recycler's size classes.
-type refPool struct {
-	classes [bits.UintSize]sync.Pool // *[]batch.Ref
-}
-
-// get returns an empty Ref slice with room for n Refs.
-func (p *refPool) get(n int) []batch.Ref {
-	c, alloc := classes(n)
-	if v, ok := p.classes[c].Get().(*[]batch.Ref); ok {
-		return (*v)[:0]
-	}
-	return make([]batch.Ref, 0, alloc)
-}
-
-// put takes back a Ref slice nothing refers to any more.
-func (p *refPool) put(refs []batch.Ref) {
-	if cap(refs) > 0 {
-		refs = refs[:0]
-		p.classes[putClass(cap(refs))].Put(&refs)
-	}
-}
+var refSlices classPool[batch.Ref]

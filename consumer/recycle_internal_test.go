@@ -13,7 +13,7 @@ func TestRecycler(t *testing.T) {
 	reused := 0
 	for range 40 {
 		s := r.records(100).recs
-		b := r.buffer(5000)
+		b := r.bufs.get(5000)
 		if cap(s) < 100 || cap(b) < 5000 || len(s) != 0 || len(b) != 0 {
 			t.Fatalf("records: len %d cap %d; buffer: len %d cap %d", len(s), cap(s), len(b), cap(b))
 		}
@@ -28,7 +28,7 @@ func TestRecycler(t *testing.T) {
 		// one of them usually gets it (sync.Pool may drop it, and
 		// does at random under the race detector).
 		s1, s2 := r.records(100).recs, r.records(100).recs
-		b1, b2 := r.buffer(5000), r.buffer(5000)
+		b1, b2 := r.bufs.get(5000), r.bufs.get(5000)
 		if &s1[:1][0] == &s2[:1][0] || &b1[:1][0] == &b2[:1][0] {
 			t.Fatal("memory released once was handed out twice")
 		}

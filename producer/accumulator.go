@@ -193,8 +193,6 @@ func (p *Producer) finishLocked(b *pbatch, err error, base int64, recovery Outco
 	}
 }
 
-// replaceInOrder puts the batches bs where b was in its partition's report
-// order (b was split).
 // popQueue takes the queue's first batch. Its slot is cleared: the queue's
 // array, which later appends reuse, must not keep a finished batch (and its
 // records) reachable.
@@ -205,6 +203,8 @@ func (ps *pstate) popQueue() *pbatch {
 	return b
 }
 
+// replaceInOrder puts the batches bs where b was in its partition's report
+// order (b was split).
 func (ps *pstate) replaceInOrder(b *pbatch, bs []*pbatch) {
 	for i, x := range ps.order {
 		if x == b {

@@ -39,9 +39,6 @@ func (r *Record) Time() time.Time { return time.UnixMilli(r.Timestamp) }
 // or null when Len is -1.
 type Slot struct{ At, Len int32 }
 
-// Null reports whether the slot is a null key or value.
-func (s Slot) Null() bool { return s.Len < 0 }
-
 // In returns the slot's bytes in payload: nil for a null slot, a
 // capacity-limited sub-slice otherwise.
 func (s Slot) In(payload []byte) []byte {
