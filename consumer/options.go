@@ -163,9 +163,13 @@ func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partM
 // record, and the Records Poll makes of it take more memory again.
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
-// MaxPollRecords makes Poll stop taking more fetched partitions once it has
-// this many records (0, the default, means no limit). Batches are never
-// split, so a Poll may return a few more.
+// MaxPollRecords bounds the records one Poll returns (0, the default, means
+// no limit): Poll stops at the first batch boundary at or past n records,
+// within a fetched answer if need be, and the next Poll goes on from there
+// (the rest is not fetched again). Batches are never split, so a Poll may
+// return up to one batch more than n. Bounding a Poll bounds the work
+// between two Polls (a group member must poll within its rebalance
+// timeout), and keeps the records of a Poll within the processor's cache.
 func MaxPollRecords(n int) Opt { return optFunc(func(c *cfg) { c.maxPollRecords = n }) }
 
 // PoisonReleased makes Fetches.Release overwrite the decompressed bytes it

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,8 +35,9 @@ type part struct {
 	flying *fetcher
 
 	// buf is the Fetch answer waiting for Poll; its batches are stepped
-	// into the machine when Poll delivers them.
-	buf *fetched
+	// into the machine when Poll delivers them. delivering is the answer
+	// being delivered meanwhile (buf is nil then).
+	buf, delivering *fetched
 	// nearest receives the position a SeekToNearest resolved to.
 	nearest chan Position
 	// history holds the digests of the last batches delivered, in offset
@@ -127,6 +129,13 @@ type fetched struct {
 	req  seek.RequestID
 	size int // bytes of the answer's record batches
 	d    *decoded
+	// next is the first span Poll has yet to deliver (a Poll that reached
+	// MaxPollRecords left the rest for the next), and bufs how many of
+	// d.bufs went with the records delivered so far.
+	next, bufs int
+	// dropped: a step of its delivery dropped p's buffer (a report, a
+	// halt), so none of it is left for a next Poll.
+	dropped bool
 }
 
 // countRecords adds up the record counts of the batch headers in b, bounded
@@ -170,6 +179,9 @@ func (p *part) revoke() {
 // dropBufferLocked forgets a buffered Fetch answer (its records were never
 // delivered).
 func (c *Consumer) dropBufferLocked(p *part) {
+	if p.delivering != nil {
+		p.delivering.dropped = true
+	}
 	if p.buf == nil {
 		return
 	}
@@ -290,6 +302,18 @@ type decoded struct {
 	spans []span
 	err   error    // the decode error that ended the answer, if any
 	bufs  [][]byte // recycled buffers the records' keys and values are in
+	// holders counts what still reads refs: the buffered answer until it
+	// is over, and each Poll that listed records of it until it made
+	// them (Polls may run at once, each with a piece of the answer). The
+	// last one pools refs.
+	holders atomic.Int32
+}
+
+// drop ends one hold on d's refs, pooling them after the last.
+func (d *decoded) drop() {
+	if d.holders.Add(-1) == 0 {
+		refSlices.put(d.refs)
+	}
 }
 
 // span is one decoded batch: its digest (offsets, leader epoch, producer,
@@ -297,8 +321,11 @@ type decoded struct {
 type span struct {
 	batch    DeliveredBatch
 	from, to int
-	payload  []byte               // the batch's records, decompressed
-	headers  []batch.RecordHeader // the records' headers, in payload
+	// bufs is where in decoded.bufs the buffers its batch was
+	// decompressed into end (those from the previous span's on).
+	bufs    int
+	payload []byte               // the batch's records, decompressed
+	headers []batch.RecordHeader // the records' headers, in payload
 }
 
 // decode decodes the record batches of rp, a Fetch answer for tp that asked
@@ -306,6 +333,7 @@ type span struct {
 // loop, without the lock: nothing it reads is shared.
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
 	d := &decoded{refs: refSlices.get(countRecords(rp.RecordBatches))}
+	d.holders.Store(1) // the buffered answer's
 	var buffer func(int) []byte
 	if recycled.active.Load() || c.cfg.poisonReleased {
 		// The application releases its records: decompress into
@@ -342,7 +370,7 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 			}
 			d.refs = append(d.refs, bt.Refs...)
 		}
-		sp.to = len(d.refs)
+		sp.to, sp.bufs = len(d.refs), len(d.bufs)
 		d.spans = append(d.spans, sp)
 	}
 	d.err = it.Err()
@@ -359,22 +387,32 @@ func (c *Consumer) collectLocked(mk *toMake) Fetches {
 	var f Fetches
 	f.Truncations, c.events = c.events, nil
 	f.Errors, c.errs = c.errs, nil
+	limit := c.cfg.maxPollRecords
 	var keep, take []*part
 	n := 0
 	for len(c.ready) > 0 {
 		p := c.ready[0]
 		c.ready = c.ready[1:]
-		if p.paused || c.cfg.maxPollRecords > 0 && len(take) > 0 && n >= c.cfg.maxPollRecords {
+		if p.paused || limit > 0 && n >= limit {
 			keep = append(keep, p)
 			continue
 		}
 		take = append(take, p)
-		n += len(p.buf.d.refs)
+		n += p.buf.left()
 	}
 	c.ready = append(keep, c.ready...)
+	// Answers left part delivered (at the limit) go back to the head of
+	// the queue, in order, for the next Poll to go on with.
+	var back []*part
 	for _, p := range take {
-		c.deliverLocked(p, &f, mk)
+		b := p.buf
+		if limit > 0 && mk.n >= limit || !c.deliverLocked(p, &f, mk, limit) {
+			if p.buf == b && b != nil {
+				back = append(back, p)
+			}
+		}
 	}
+	c.ready = append(back, c.ready...)
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.
 	f.Truncations = append(f.Truncations, c.events...)
@@ -384,12 +422,12 @@ func (c *Consumer) collectLocked(mk *toMake) Fetches {
 }
 
 // toMake lists the records a Poll delivers, as collectLocked decided: runs
-// of Refs of delivered batches, in delivery order, and the answers' Ref
-// slices to pool once they are made.
+// of Refs of delivered batches, in delivery order, and the holds on the
+// answers' Refs (decoded.holders) to drop once they are made.
 type toMake struct {
-	n    int
-	runs []run
-	done [][]batch.Ref
+	n     int
+	runs  []run
+	holds []*decoded
 }
 
 // run is a run of delivered records: refs of the batch sp of partition tp.
@@ -416,28 +454,57 @@ func (c *Consumer) makeRecords(f *Fetches, mk *toMake) {
 		m := f.memory(&recycled, c.cfg.poisonReleased)
 		m.recs = slab{recs: recs, dirty: sl.dirty}
 	}
-	for _, refs := range mk.done {
-		refSlices.put(refs) // nothing refers to them any more
+	for _, d := range mk.holds {
+		d.drop()
 	}
 	*mk = toMake{}
 }
 
-// deliverLocked steps each batch of p's buffered answer into the machine and
-// lists its records in mk: a batch the machine does not accept (stale, or
-// one that starts a validation) ends the delivery, and the rest of the
-// answer is dropped.
-func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake) {
-	b := p.buf
-	c.buffered -= b.size
-	p.buf = nil
-	c.wakeFetchersLocked()
+// left returns how many records of the answer Poll has yet to deliver.
+func (b *fetched) left() int {
+	if b.next >= len(b.d.spans) {
+		return 0
+	}
+	return len(b.d.refs) - b.d.spans[b.next].from
+}
 
+// deliverLocked steps the batches of p's buffered answer into the machine
+// and lists their records in mk, until the answer ends or, with limit above
+// 0, mk holds limit records or more: it then reports false and leaves the
+// rest buffered. Batches are never split. A batch the machine does not
+// accept (stale, or one that starts a validation) ends the delivery, and
+// the rest of the answer is dropped.
+func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (done bool) {
+	b := p.buf
 	d := b.d
-	mk.done = append(mk.done, d.refs)
 	m := f.memory(&recycled, c.cfg.poisonReleased)
-	m.bufs = append(m.bufs, d.bufs...)
-	for i := range d.spans {
-		sp := &d.spans[i]
+	// While its batches are stepped the answer is no longer p's, as once
+	// delivered (a step that drops p's buffer finds none); it is put back
+	// if the limit leaves part of it for the next Poll.
+	p.buf, p.delivering = nil, b
+	d.holders.Add(1) // this Poll's, until it made its records
+	mk.holds = append(mk.holds, d)
+	defer func() {
+		p.delivering = nil
+		if !done && !b.dropped {
+			p.buf = b
+			return
+		}
+		c.buffered -= b.size
+		c.wakeFetchersLocked()
+		mk.holds = append(mk.holds, d) // the answer's own hold ends
+		// The decompression buffers no delivered record lives in.
+		m.bufs = append(m.bufs, d.bufs[b.bufs:]...)
+	}()
+	for ; b.next < len(d.spans); b.next++ {
+		if limit > 0 && mk.n >= limit {
+			return false
+		}
+		sp := &d.spans[b.next]
+		// The batch's decompressed records go with the Poll that
+		// delivers them, and are released with it.
+		m.bufs = append(m.bufs, d.bufs[b.bufs:sp.bufs]...)
+		b.bufs = sp.bufs
 		before, _ := p.m.Position()
 		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.batch.Base, Last: sp.batch.Last, Epoch: sp.batch.LeaderEpoch})
 		after, ok := p.m.Position()
@@ -445,7 +512,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake) {
 			if sp.batch.Last < before.Offset {
 				continue // entirely below the position
 			}
-			return // not accepted: stale, or validation started
+			return true // not accepted: stale, or validation started
 		}
 		if sp.to > sp.from {
 			p.remember(sp.batch, c.cfg.historySize)
@@ -472,9 +539,10 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake) {
 		// batch, in its place (one error per corrupt batch).
 		c.errs = append(c.errs[:n], &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
 			Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: err})
-		return
+		return true
 	}
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
+	return true
 }
 
 // record fills rec, a slot of a new or recycled slice, with the record x
