@@ -379,8 +379,10 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 }
 
 // collectLocked takes what Poll returns: pending reports and errors, then the
-// buffered answers of unpaused partitions, stepped into their machines as
-// they are delivered. The records delivered are listed in mk, for Poll to
+// buffered answers of unpaused partitions, in the order they came, up to
+// MaxPollRecords (the answer that reaches it is left part delivered, first
+// in line for the next Poll), stepped into their machines as they are
+// delivered. The records delivered are listed in mk, for Poll to
 // make outside the lock (makeRecords): the fetch loops need the lock to
 // buffer their next answers and plan their next requests meanwhile.
 func (c *Consumer) collectLocked(mk *toMake) Fetches {
@@ -493,7 +495,8 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (do
 		c.buffered -= b.size
 		c.wakeFetchersLocked()
 		mk.holds = append(mk.holds, d) // the answer's own hold ends
-		// The decompression buffers no delivered record lives in.
+		// The rest of the decompression buffers (no delivered record
+		// lives in them) go with this Poll.
 		m.bufs = append(m.bufs, d.bufs[b.bufs:]...)
 	}()
 	for ; b.next < len(d.spans); b.next++ {
