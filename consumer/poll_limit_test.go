@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -223,5 +224,122 @@ func TestMaxPollRecordsConcurrentPolls(t *testing.T) {
 		if seen[o] != 1 {
 			t.Fatalf("offset %d delivered %d times", o, seen[o])
 		}
+	}
+}
+
+// A random walk of Polls with a random MaxPollRecords, seeks, pauses and
+// releases, over two partitions of batches of random sizes (zstd and
+// uncompressed): every Poll delivers each partition's records contiguously
+// from where the last Poll or seek left it, with their own values; no
+// paused partition delivers; releasing one Poll never disturbs the records
+// of another still held; and once all is read nothing stays counted as
+// buffered.
+func TestPollLimitRandomWalk(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newCluster(t, 2)
+			var total [2]int64
+			for p := range int32(2) {
+				for range 25 {
+					n := 1 + rng.Int64N(40)
+					codec := compress.None
+					if rng.IntN(2) == 0 {
+						codec = compress.Zstd
+					}
+					produceOneBatch(t, c, p, total[p], total[p]+n, codec)
+					total[p] += n
+				}
+			}
+			limit := 1 + rng.IntN(60)
+			cons := newConsumer(t, c, consumer.MaxPollRecords(limit), consumer.PoisonReleased())
+			var as []consumer.Assignment
+			for p := range int32(2) {
+				as = append(as, consumer.Assignment{Topic: topic, Partition: p, Start: consumer.At(0)})
+			}
+			if err := cons.Assign(as...); err != nil {
+				t.Fatal(err)
+			}
+			var (
+				next   [2]int64
+				paused [2]bool
+				held   []consumer.Fetches
+			)
+			check := func(what string, recs []consumer.Record) {
+				t.Helper()
+				for _, r := range recs {
+					if want := value(r.Partition, r.Offset); string(r.Value) != want {
+						t.Fatalf("seed %d limit %d, %s: record %d/%d reads %q, want %q", seed, limit, what, r.Partition, r.Offset, r.Value, want)
+					}
+				}
+			}
+			poll := func(d time.Duration) {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				f, err := cons.Poll(ctx)
+				if err != nil {
+					return
+				}
+				if len(f.Truncations)+len(f.Errors) > 0 {
+					t.Fatalf("events %v errors %v", f.Truncations, f.Errors)
+				}
+				if n := len(f.Records); n > limit+39 {
+					t.Fatalf("seed %d: a Poll of %d records with limit %d and batches of at most 40", seed, n, limit)
+				}
+				check("polled", f.Records)
+				for _, r := range f.Records {
+					if paused[r.Partition] {
+						t.Fatalf("seed %d: paused partition %d delivered offset %d", seed, r.Partition, r.Offset)
+					}
+					if r.Offset != next[r.Partition] {
+						t.Fatalf("seed %d limit %d: partition %d delivered %d, want %d", seed, limit, r.Partition, r.Offset, next[r.Partition])
+					}
+					next[r.Partition]++
+				}
+				held = append(held, f)
+				for len(held) > 0 && (len(held) > 3 || rng.IntN(2) == 0) {
+					i := rng.IntN(len(held))
+					held[i].Release()
+					held = append(held[:i], held[i+1:]...)
+					for _, h := range held {
+						check("held after another Poll's Release", h.Records)
+					}
+				}
+			}
+			for range 150 {
+				p := int32(rng.IntN(2))
+				switch r := rng.IntN(10); {
+				case r < 7:
+					poll(30 * time.Millisecond)
+				case r == 7:
+					to := rng.Int64N(total[p] + 1)
+					if err := cons.Seek(topic, p, to); err != nil {
+						t.Fatal(err)
+					}
+					next[p] = to
+				case r == 8:
+					cons.Pause(consumer.TopicPartition{Topic: topic, Partition: p})
+					paused[p] = true
+				default:
+					cons.Resume(consumer.TopicPartition{Topic: topic, Partition: p})
+					paused[p] = false
+				}
+			}
+			cons.Resume(consumer.TopicPartition{Topic: topic, Partition: 0}, consumer.TopicPartition{Topic: topic, Partition: 1})
+			paused = [2]bool{}
+			deadline := time.Now().Add(10 * time.Second)
+			for next != total {
+				if time.Now().After(deadline) {
+					t.Fatalf("seed %d: read up to %v of %v", seed, next, total)
+				}
+				poll(100 * time.Millisecond)
+			}
+			for _, h := range held {
+				h.Release()
+			}
+			if now, _ := consumer.BufferedBytes(cons); now != 0 {
+				t.Errorf("seed %d: %d bytes counted as buffered after everything was read", seed, now)
+			}
+		})
 	}
 }
