@@ -53,7 +53,7 @@ func defaultCfg() cfg {
 		minBytes:        1,
 		maxBytes:        50 << 20,
 		partMaxBytes:    1 << 20,
-		maxPollRecords:  4096,
+		maxPollRecords:  1024,
 		maxBuffered:     64 << 20,
 		tick:            100 * time.Millisecond,
 		requestTimeout:  30 * time.Second,
@@ -164,7 +164,7 @@ func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partM
 // record, and the Records Poll makes of it take more memory again.
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
-// MaxPollRecords bounds the records one Poll returns (default 4096; 0 means
+// MaxPollRecords bounds the records one Poll returns (default 1024; 0 means
 // no limit): Poll stops at the first batch boundary at or past n records,
 // within a fetched answer if need be, and the next Poll goes on from there
 // (the rest is not fetched again). Batches are never split, so a Poll may
@@ -173,8 +173,9 @@ func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered =
 // timeout) and the memory of one Poll's records, and keeps them within the
 // processor's cache while they are made: with small records, a Poll of a
 // whole 1 MiB answer per partition makes tens of thousands of records at
-// once, and reading small zstd records that way cost a fifth more CPU per
-// record than Polls of 4096 on the benchmark machine.
+// once, and reading small zstd records that way cost about a fifth more
+// CPU per record than bounded Polls on the benchmark machine (Polls of
+// 512 and 1024 did best there, 4096 a little less well).
 func MaxPollRecords(n int) Opt { return optFunc(func(c *cfg) { c.maxPollRecords = n }) }
 
 // PoisonReleased makes Fetches.Release overwrite the decompressed bytes it
