@@ -125,6 +125,9 @@ type member struct {
 	events  []consumer.TruncationEvent
 	stop    context.CancelFunc
 	done    chan struct{}
+	// pause is how long the member works on each Poll's records (set
+	// before it starts polling).
+	pause time.Duration
 }
 
 func startMember(t *testing.T, c *kfake.Cluster, name, group string, seq *int, opts ...consumer.Opt) *member {
@@ -136,7 +139,14 @@ func startMember(t *testing.T, c *kfake.Cluster, name, group string, seq *int, o
 // subscription to topic.
 func startMemberWith(t *testing.T, c *kfake.Cluster, name, group string, seq *int, subscribe func(*consumer.Consumer) error, opts ...consumer.Opt) *member {
 	t.Helper()
-	m := &member{t: t, name: name, log: newRebalanceLog(seq), done: make(chan struct{})}
+	return startMemberPausing(t, c, name, group, seq, subscribe, 0, opts...)
+}
+
+// startMemberPausing is startMemberWith for a member that works pause on
+// each Poll's records.
+func startMemberPausing(t *testing.T, c *kfake.Cluster, name, group string, seq *int, subscribe func(*consumer.Consumer) error, pause time.Duration, opts ...consumer.Opt) *member {
+	t.Helper()
+	m := &member{t: t, name: name, log: newRebalanceLog(seq), done: make(chan struct{}), pause: pause}
 	all := append(groupOpts(group), m.log.opts()...)
 	m.cons = newConsumer(t, c, append(all, opts...)...)
 	if err := subscribe(m.cons); err != nil {
@@ -175,6 +185,7 @@ func (m *member) poll(ctx context.Context) {
 		m.errs = append(m.errs, f.Errors...)
 		m.events = append(m.events, f.Truncations...)
 		m.mu.Unlock()
+		time.Sleep(m.pause)
 	}
 }
 

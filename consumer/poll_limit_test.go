@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -341,5 +342,64 @@ func TestPollLimitRandomWalk(t *testing.T) {
 				t.Errorf("seed %d: %d bytes counted as buffered after everything was read", seed, now)
 			}
 		})
+	}
+}
+
+// A cooperative rebalance while the first member is in the middle of its
+// answers (a small MaxPollRecords, and a member that works on each Poll):
+// the partitions that move drop what was left of theirs, the new owner
+// starts at the commit made on revoke, and between them every record is
+// delivered, none twice except those of a moved partition.
+func TestMaxPollRecordsRebalanceMidAnswer(t *testing.T) {
+	c := newCluster(t, 4)
+	for p := range int32(4) {
+		for i := range int64(40) {
+			produceOneBatch(t, c, p, 3*i, 3*i+3, compress.None)
+		}
+	}
+	seq := 0
+	subscribe := func(cons *consumer.Consumer) error { return cons.Subscribe(topic) }
+	m1 := startMemberPausing(t, c, "m1", "g-limit", &seq, subscribe, 5*time.Millisecond, consumer.MaxPollRecords(4))
+	waitFor(t, 10*time.Second, "m1 owns 4", func() bool { return m1.log.ownedCount() == 4 })
+	waitFor(t, 10*time.Second, "m1 read 40 records", func() bool { r, _ := m1.got(); return len(r) >= 40 })
+	if r, _ := m1.got(); len(r) >= 480 {
+		t.Fatal("m1 read everything before the rebalance; the test did not split answers across it")
+	}
+	m2 := startMember(t, c, "m2", "g-limit", &seq, consumer.MaxPollRecords(4))
+	waitFor(t, 15*time.Second, "2 partitions each", func() bool { return m1.log.ownedCount() == 2 && m2.log.ownedCount() == 2 })
+	waitFor(t, 20*time.Second, "480 records between them", func() bool {
+		a, _ := m1.got()
+		b, _ := m2.got()
+		return len(a)+len(b) >= 480
+	})
+	m1.halt()
+	m2.halt()
+	dups := checkDelivered(t, m1, m2, 4, 120)
+	t.Logf("%d records delivered twice; m1 %v, m2 %v", dups, m1.log.log(), m2.log.log())
+	// The partitions m1 kept never moved: each of their records once.
+	a, _ := m1.got()
+	b, _ := m2.got()
+	seen := map[consumer.TopicPartition]map[int64]int{}
+	for _, r := range append(a, b...) {
+		tp := consumer.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if seen[tp] == nil {
+			seen[tp] = map[int64]int{}
+		}
+		seen[tp][r.Offset]++
+	}
+	m1.log.mu.Lock()
+	kept := maps.Clone(m1.log.owned)
+	m1.log.mu.Unlock()
+	for tp := range kept {
+		for o, n := range seen[tp] {
+			if n != 1 {
+				t.Errorf("%v (kept by m1) delivered offset %d %d times", tp, o, n)
+			}
+		}
+	}
+	for _, m := range []*member{m1, m2} {
+		if now, _ := consumer.BufferedBytes(m.cons); now != 0 {
+			t.Errorf("%s: %d bytes counted as buffered after everything was read", m.name, now)
+		}
 	}
 }
