@@ -211,6 +211,19 @@ func (m *member) closeNow(t *testing.T) {
 	}
 }
 
+// waitBetween waits until the members got n records between them.
+func waitBetween(t *testing.T, d time.Duration, n int, ms ...*member) {
+	t.Helper()
+	waitFor(t, d, fmt.Sprintf("%d records between them", n), func() bool {
+		got := 0
+		for _, m := range ms {
+			r, _ := m.got()
+			got += len(r)
+		}
+		return got >= n
+	})
+}
+
 // checkDelivered checks that m1 and m2 got no error and, between them,
 // every offset below end of partitions 0 to partitions-1 at least once; it
 // returns how many of those records they got more than once.
@@ -318,11 +331,7 @@ func TestGroupCooperativeRebalance(t *testing.T) {
 	for p := int32(0); p < 4; p++ {
 		produceRange(t, c, p, 10, 20)
 	}
-	waitFor(t, 10*time.Second, "80 records between them", func() bool {
-		a, _ := m1.got()
-		b, _ := m2.got()
-		return len(a)+len(b) >= 80
-	})
+	waitBetween(t, 10*time.Second, 80, m1, m2)
 	m1.halt()
 	m2.halt()
 	// Every record at least once; duplicates only of partitions that
@@ -450,11 +459,7 @@ func TestGroupConsumerProtocol(t *testing.T) {
 	for p := int32(0); p < 4; p++ {
 		produceRange(t, c, p, 10, 20)
 	}
-	waitFor(t, 10*time.Second, "80 records between them", func() bool {
-		a, _ := m1.got()
-		b, _ := m2.got()
-		return len(a)+len(b) >= 80
-	})
+	waitBetween(t, 10*time.Second, 80, m1, m2)
 	m1.closeNow(t)
 	waitFor(t, 15*time.Second, "m2 owns 4", func() bool { return o.count("m2") == 4 })
 	for p := int32(0); p < 4; p++ {

@@ -367,11 +367,7 @@ func TestMaxPollRecordsRebalanceMidAnswer(t *testing.T) {
 	}
 	m2 := startMember(t, c, "m2", "g-limit", &seq, consumer.MaxPollRecords(4))
 	waitFor(t, 15*time.Second, "2 partitions each", func() bool { return m1.log.ownedCount() == 2 && m2.log.ownedCount() == 2 })
-	waitFor(t, 20*time.Second, "480 records between them", func() bool {
-		a, _ := m1.got()
-		b, _ := m2.got()
-		return len(a)+len(b) >= 480
-	})
+	waitBetween(t, 20*time.Second, 480, m1, m2)
 	m1.halt()
 	m2.halt()
 	dups := checkDelivered(t, m1, m2, 4, 120)
