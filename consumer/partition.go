@@ -409,7 +409,7 @@ func (c *Consumer) collectLocked(mk *toMake) Fetches {
 	for _, p := range take {
 		b := p.buf
 		if limit > 0 && mk.n >= limit || !c.deliverLocked(p, &f, mk, limit) {
-			if p.buf == b && b != nil {
+			if p.buf == b {
 				back = append(back, p)
 			}
 		}

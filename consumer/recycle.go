@@ -145,5 +145,6 @@ func (f *Fetches) Release() {
 
 // refSlices keeps the Ref slices buffered answers are decoded into: they
 // never reach the application, so each goes back once its answer is
-// delivered, whether or not the application releases anything.
+// delivered and its records made (decoded.drop), whether or not the
+// application releases anything.
 var refSlices classPool[batch.Ref]

@@ -69,13 +69,8 @@ func (s *seen) add(b *Batch) {
 // fromRefs is the Records of b, a batch decoded with Options.Refs.
 func fromRefs(b *Batch) []Record {
 	var recs []Record
-	for _, x := range b.Refs {
-		r := Record{Offset: x.Offset, Timestamp: x.Timestamp, Key: x.Key.In(b.Payload), Value: x.Value.In(b.Payload),
-			LeaderEpoch: b.Header.PartitionLeaderEpoch, Attributes: x.Attributes}
-		if x.HeadersLen > 0 {
-			r.Headers = b.Headers[x.HeadersAt : x.HeadersAt+x.HeadersLen]
-		}
-		recs = append(recs, r)
+	for i := range b.Refs {
+		recs = append(recs, b.Refs[i].Record(b.Payload, b.Headers, b.Header.PartitionLeaderEpoch))
 	}
 	return recs
 }

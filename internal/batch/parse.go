@@ -95,19 +95,10 @@ func (p *parser) slot(rec []byte, q int, field string) (Slot, int, bool) {
 // Every field of r is written.
 func (p *parser) record(r *Record, hdrs *[]RecordHeader) bool {
 	var x Ref
-	at := len(*hdrs)
 	if !p.ref(&x, hdrs) {
 		return false
 	}
-	r.Offset, r.Timestamp = x.Offset, x.Timestamp
-	r.Key, r.Value = x.Key.In(p.data), x.Value.In(p.data)
-	r.Headers = nil
-	if x.HeadersLen > 0 {
-		end := at + int(x.HeadersLen)
-		r.Headers = (*hdrs)[at:end:end]
-	}
-	r.LeaderEpoch = p.h.PartitionLeaderEpoch
-	r.Attributes = x.Attributes
+	*r = x.Record(p.data, *hdrs, p.h.PartitionLeaderEpoch)
 	return true
 }
 

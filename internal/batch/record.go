@@ -63,3 +63,16 @@ type Ref struct {
 	// Attributes is the record-level attributes byte.
 	Attributes int8
 }
+
+// Record returns the record x describes in a batch whose records are
+// payload and whose record headers are headers (Batch.Payload and
+// Batch.Headers), written in leader epoch epoch.
+func (x *Ref) Record(payload []byte, headers []RecordHeader, epoch int32) Record {
+	r := Record{Offset: x.Offset, Timestamp: x.Timestamp, Key: x.Key.In(payload), Value: x.Value.In(payload),
+		LeaderEpoch: epoch, Attributes: x.Attributes}
+	if x.HeadersLen > 0 {
+		end := x.HeadersAt + x.HeadersLen
+		r.Headers = headers[x.HeadersAt:end:end]
+	}
+	return r
+}
