@@ -38,3 +38,7 @@ func DebugConsumer(c *Consumer) string {
 	}
 	return s
 }
+
+// ReturnedBuffers counts the decompression buffers that came back to the
+// process's recycler by themselves (nothing referred to them any more).
+func ReturnedBuffers() int64 { return recycled.returned.Load() }

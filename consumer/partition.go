@@ -334,15 +334,13 @@ type span struct {
 func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchResponseTopicPartition, start int64) *decoded {
 	d := &decoded{refs: refSlices.get(countRecords(rp.RecordBatches))}
 	d.holders.Store(1) // the buffered answer's
-	var buffer func(int) []byte
-	if recycled.active.Load() || c.cfg.poisonReleased {
-		// The application releases its records: decompress into
-		// released memory (its keys and values are released with them).
-		buffer = func(n int) []byte {
-			b := recycled.bufs.get(n)
-			d.bufs = append(d.bufs, b)
-			return b
-		}
+	// Compressed batches are decompressed into the recycler's buffers,
+	// which go back with the records' Release, or by themselves once
+	// nothing refers to them.
+	buffer := func(n int) []byte {
+		b := recycled.buffer(n)
+		d.bufs = append(d.bufs, b)
+		return b
 	}
 	it.ResetFetch(rp, batch.Options{
 		Topic:         tp.Topic,

@@ -1,6 +1,10 @@
 package consumer
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+	"time"
+)
 
 // Released memory comes back, in a class whose every capacity fits the
 // request; before any release nothing is rounded up; and a Fetches
@@ -82,4 +86,88 @@ func TestRecyclerClearsStaleRecords(t *testing.T) {
 		return
 	}
 	t.Fatal("the recycler never gave the same slice back")
+}
+
+// Every class serves the requests that map to it: a new allocation covers
+// the request, by at most a quarter above 8 bytes, and a slice that goes
+// back lands in a class none of whose requests exceeds its capacity.
+func TestClasses(t *testing.T) {
+	allocOf := map[int]int{} // class → what a new allocation for it gets
+	check := func(n int) {
+		c, alloc := classes(n)
+		if alloc < n || n > 8 && alloc > n+n/4 || n <= 8 && alloc != max(n, 1) {
+			t.Fatalf("classes(%d): allocation %d", n, alloc)
+		}
+		if prev, ok := allocOf[c]; ok && prev != alloc {
+			t.Fatalf("class %d allocates %d and %d", c, prev, alloc)
+		}
+		allocOf[c] = alloc
+		if putClass(alloc) != c {
+			t.Fatalf("an allocation of %d for %d goes back to class %d, not %d", alloc, n, putClass(alloc), c)
+		}
+	}
+	for n := 0; n <= 1<<16; n++ {
+		check(n)
+	}
+	for e := 17; e < 40; e++ {
+		for _, d := range []int{-1, 0, 1, 1<<(e-2) - 1, 1 << (e - 2), 1<<(e-2) + 1, 3 << (e - 2)} {
+			check(1<<e + d)
+		}
+	}
+	for c := 1; c <= 1<<16; c++ {
+		if a, ok := allocOf[putClass(c)]; ok && a > c {
+			t.Fatalf("a slice of capacity %d goes back to class %d, whose requests get %d", c, putClass(c), a)
+		}
+		if putClass(c) < 0 || putClass(c) >= numClasses {
+			t.Fatalf("putClass(%d) = %d", c, putClass(c))
+		}
+	}
+}
+
+// collectUntil runs the collector until cond holds (finalizers run on
+// their own goroutine after a collection), for up to d.
+func collectUntil(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+// A decompression buffer comes back by itself once nothing refers to it,
+// and not while anything does (a record's value is a slice of it).
+func TestBufferComesBackByItself(t *testing.T) {
+	r := &recycler{}
+	b := r.buffer(64 << 10)
+	b = append(b, make([]byte, 200)...)
+	value := b[100:120] // what a record keeps
+	b = nil
+	if collectUntil(200*time.Millisecond, func() bool { return r.returned.Load() > 0 }) {
+		t.Fatal("a buffer came back while a value in it was held")
+	}
+	runtime.KeepAlive(value)
+	value = nil
+	if !collectUntil(5*time.Second, func() bool { return r.returned.Load() == 1 }) {
+		t.Fatalf("%d buffers came back, want 1", r.returned.Load())
+	}
+	_ = value
+}
+
+// A released buffer goes back once: Release clears its finalizer, so the
+// collector never hands it back a second time (nor could it be given a
+// finalizer again when reused).
+func TestReleasedBufferGoesBackOnce(t *testing.T) {
+	r := &recycler{}
+	for range 20 {
+		b := r.buffer(64 << 10) // perhaps the one released last round
+		r.release(&pollMemory{r: r, bufs: [][]byte{b}})
+	}
+	// Whatever the pool drops is now unreachable: with a finalizer left
+	// on it, it would come back.
+	if collectUntil(200*time.Millisecond, func() bool { return r.returned.Load() > 0 }) {
+		t.Fatalf("%d released buffers came back by themselves too", r.returned.Load())
+	}
 }

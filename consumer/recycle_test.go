@@ -174,3 +174,51 @@ func TestPolledRecordsAreReleased(t *testing.T) {
 		})
 	}
 }
+
+// An application that never releases its records still gets their
+// decompression buffers reused once it drops them, and never while it
+// keeps them: records kept across many later polls (and collections) keep
+// their values, and every record arrives once, in order, with its own.
+func TestDroppedBuffersComeBackByThemselves(t *testing.T) {
+	const n, per = 40, 500 // each batch about 7 KiB decompressed
+	c := batches(t, n, per, compress.Zstd)
+	cons := newConsumer(t, c, consumer.MaxPollRecords(per))
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	before := consumer.ReturnedBuffers()
+	type kept struct {
+		f      consumer.Fetches
+		values [][]byte
+	}
+	var keep []kept
+	next := int64(0)
+	for polls := 0; next < n*per; polls++ {
+		f := pollOnce(t, cons)
+		for _, r := range f.Records {
+			if r.Offset != next || string(r.Value) != fmt.Sprintf("p0-%d", r.Offset) {
+				t.Fatalf("offset %d value %q, want offset %d", r.Offset, r.Value, next)
+			}
+			next++
+		}
+		if polls%4 == 0 { // kept to the end; the others dropped
+			k := kept{f: f}
+			for _, r := range f.Records {
+				k.values = append(k.values, bytes.Clone(r.Value))
+			}
+			keep = append(keep, k)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond) // the finalizers' turn
+		for _, k := range keep {
+			for i, r := range k.f.Records {
+				if !bytes.Equal(r.Value, k.values[i]) {
+					t.Fatalf("a kept record's value changed from %q to %q", k.values[i], r.Value)
+				}
+			}
+		}
+	}
+	if consumer.ReturnedBuffers() == before {
+		t.Fatal("no dropped buffer came back")
+	}
+}
