@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"unsafe"
 	"weak"
 
 	"github.com/kepoch/kepoch/errors"
@@ -418,5 +419,47 @@ func TestResetReleasesInput(t *testing.T) {
 			t.Fatalf("%+v: the first input is still reachable after Reset", o)
 		}
 		runtime.KeepAlive(&it)
+	}
+}
+
+// With Options.Buffer, the records of every compressed batch live in
+// supplied memory, whatever the codec: decompressed straight into it when
+// the output size is declared, copied into it otherwise (gzip, lz4, xerial
+// snappy), sequentially and decompressed ahead.
+func TestSuppliedBufferHoldsEveryCodec(t *testing.T) {
+	lowParallelMin(t)
+	fetch, _ := mixedFetch(t)
+	for _, par := range []int{0, 3} {
+		var supplied [][]byte
+		var it Iterator
+		it.Reset(fetch, Options{OwnPayload: true, Refs: true, Parallel: par, Buffer: func(n int) []byte {
+			b := poisoned(n)
+			supplied = append(supplied, b)
+			return b
+		}})
+		codecs := map[compress.Codec]int{}
+		for it.Next() {
+			b := it.Batch()
+			codec := b.Header.Attributes.Codec()
+			if codec == compress.None || len(b.Payload) == 0 {
+				continue
+			}
+			in := false
+			for _, s := range supplied {
+				in = in || unsafe.SliceData(b.Payload) == unsafe.SliceData(s)
+			}
+			if !in {
+				t.Fatalf("parallel %d: the %s batch at %d is not in supplied memory", par, codec, b.Header.BaseOffset)
+			}
+			codecs[codec]++
+		}
+		if it.Err() != nil {
+			t.Fatal(it.Err())
+		}
+		for _, c := range compress.Codecs {
+			if c != compress.None && codecs[c] == 0 {
+				t.Fatalf("parallel %d: no %s batch seen", par, c)
+			}
+		}
 	}
 }

@@ -51,12 +51,14 @@ type Options struct {
 	// Retain, which implies it). One allocation per compressed batch, of
 	// its decompressed size.
 	OwnPayload bool
-	// Buffer, with OwnPayload, supplies the memory a compressed batch is
-	// decompressed into when its output size is declared up front
-	// (Decompressor.DecodedCap): a slice of at least n bytes of capacity,
-	// whose contents do not matter, which the batch's keys and values
-	// then alias as it is (it is not copied to an exact size). Batches
-	// of undeclared size, and those decompressed ahead, do not use it.
+	// Buffer, with OwnPayload, supplies the memory a compressed batch's
+	// records end up in: a slice of at least n bytes of capacity, whose
+	// contents do not matter, which the batch's keys and values then
+	// alias as it is. A batch whose output size is declared up front
+	// (Decompressor.DecodedCap) is decompressed straight into it; one of
+	// undeclared size (gzip, lz4, xerial snappy, zstd without a content
+	// size, as the Java client writes them), or decompressed ahead, is
+	// decompressed into a reused or grown buffer and copied into it.
 	Buffer func(n int) []byte
 	// Decompressor decompresses payloads; nil uses a shared one bounded
 	// at compress.DefaultMaxDecompressedSize.
@@ -383,7 +385,13 @@ func (it *Iterator) payload(h *Header, payload []byte) ([]byte, bool) {
 		if err != nil {
 			return nil, it.fail(h.BaseOffset, err, "records do not decompress")
 		}
-		if it.ownPayload() && supplied == 0 && (reused || cap(out)-len(out) > len(out)/8+4096) {
+		switch {
+		case !it.ownPayload() || supplied > 0:
+		case it.o.Buffer != nil:
+			// Every batch's records go to supplied memory: a copy
+			// of what was decompressed elsewhere.
+			out = append(it.o.Buffer(len(out))[:0], out...)
+		case reused || cap(out)-len(out) > len(out)/8+4096:
 			// Out of the reused buffer, or out of one grown by
 			// doubling (decompressed ahead), which is not to be kept
 			// with the batch's keys and values: an exact copy.
