@@ -42,11 +42,7 @@ func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) str
 	if _, err := c.CreateTopic(ctx, topic, [][]int32{{1}, {2}, {3}}, nil); err != nil {
 		b.Fatal(err)
 	}
-	kc := kgo.NoCompression()
-	if codec == compress.Zstd {
-		kc = kgo.ZstdCompression()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kc),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Seeds...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchCompression(kgoCodec(codec)),
 		kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	if err != nil {
 		b.Fatal(err)
@@ -82,6 +78,23 @@ func benchTopic(b *testing.B, c *Cluster, codec compress.Codec, size, n int) str
 	}
 	benchTopics.Store(key, topic)
 	return topic
+}
+
+// kgoCodec is franz-go's producer codec for codec: kgo writes zstd frames
+// that declare their content size, lz4 frames that do not (as the Java
+// client's).
+func kgoCodec(codec compress.Codec) kgo.CompressionCodec {
+	switch codec {
+	case compress.Zstd:
+		return kgo.ZstdCompression()
+	case compress.LZ4:
+		return kgo.Lz4Compression()
+	case compress.Gzip:
+		return kgo.GzipCompression()
+	case compress.Snappy:
+		return kgo.SnappyCompression()
+	}
+	return kgo.NoCompression()
 }
 
 // deleteBenchTopics deletes the topics benchTopic made.

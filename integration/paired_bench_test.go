@@ -115,11 +115,13 @@ func BenchmarkProducePaired(b *testing.B) {
 // kgo-pooled). The bound-paired runs put BenchmarkConsumeBound's reader in
 // kepoch's place: their x-kgo is the ceiling's own multiple of kgo,
 // measured the same way, beyond which no client's x-kgo can go on this
-// machine.
+// machine. Besides uncompressed and zstd records (kgo's zstd frames
+// declare their size), lz4 ones stand for the codecs whose frames do not
+// (the Java client's lz4 and zstd alike).
 func BenchmarkConsumePaired(b *testing.B) {
 	c := Require(b)
 	b.Cleanup(func() { deleteBenchTopics(b, c) })
-	for _, codec := range []compress.Codec{compress.None, compress.Zstd} {
+	for _, codec := range []compress.Codec{compress.None, compress.Zstd, compress.LZ4} {
 		for _, size := range []int{100, 1024} {
 			n := consumeRecords(size)
 			for _, pooled := range []bool{false, true} {

@@ -121,11 +121,7 @@ func newBenchProducer(b *testing.B, codec compress.Codec, w *produceWrites) *pro
 // newBenchKgoProducer is newBenchProducer for franz-go's producer, which
 // writes to topic.
 func newBenchKgoProducer(b *testing.B, codec compress.Codec, topic string, w *produceWrites) *kgo.Client {
-	kc := kgo.NoCompression()
-	if codec == compress.Zstd {
-		kc = kgo.ZstdCompression()
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kc), kgo.DefaultProduceTopic(topic)}
+	opts := []kgo.Opt{kgo.SeedBrokers(Seeds...), kgo.ProducerBatchCompression(kgoCodec(codec)), kgo.DefaultProduceTopic(topic)}
 	if w != nil {
 		opts = append(opts, kgo.WithHooks(w))
 	}
