@@ -1,6 +1,9 @@
 package consumer
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // DebugPartition describes a partition's machine and fetch state (tests).
 func DebugPartition(c *Consumer, topic string, partition int32) string {
@@ -42,3 +45,7 @@ func DebugConsumer(c *Consumer) string {
 // ReturnedBuffers counts the decompression buffers that came back to the
 // process's recycler by themselves (nothing referred to them any more).
 func ReturnedBuffers() int64 { return recycled.returned.Load() }
+
+// CollectUntil runs the collector until cond holds, for up to d
+// (collectUntil).
+func CollectUntil(d time.Duration, cond func() bool) bool { return collectUntil(d, cond) }
