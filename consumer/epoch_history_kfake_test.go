@@ -200,7 +200,7 @@ func TestEpochHistoryUnvalidatedStart(t *testing.T) {
 		}
 	}
 	expectQuiet(t, cons, 200*time.Millisecond)
-	for _, f := range fetches.all() {
+	for _, f := range fetches.fetchedSince(0) {
 		if _, ok := f.named[0]; ok {
 			t.Fatalf("partition 0 fetched from an unvalidated start: %+v", f)
 		}

@@ -110,8 +110,10 @@ func TestFetchFencedLeaderEpochRevalidates(t *testing.T) {
 		all := append(recs, more...)
 		checkInOrder(t, all, map[int32]int64{0: 0}, map[int32]int64{0: 50})
 		checkEpochs(t, all, 30, 1)
+		// The first fetch after the resume may leave partition 0 out:
+		// its session at the broker still holds it at epoch 0.
 		fenced := false
-		for _, r := range log.since(mark) {
+		for _, r := range log.fetchedSince(mark) {
 			if rp, ok := r.named[0]; ok && rp.CurrentLeaderEpoch == 0 {
 				fenced = true
 			}
@@ -188,7 +190,7 @@ func TestFetchNotLeaderFollowsMovedLeader(t *testing.T) {
 			checkInOrder(t, all, map[int32]int64{0: 0}, map[int32]int64{0: 50})
 			checkEpochs(t, all, 30, 1)
 			var toOld, toNew bool
-			for _, r := range log.since(mark) {
+			for _, r := range log.fetchedSince(mark) {
 				if _, ok := r.named[0]; ok {
 					toOld = toOld || r.node == old
 					toNew = toNew || r.node == to

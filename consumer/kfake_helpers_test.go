@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -159,6 +160,29 @@ func (l *fetchLog) len() int {
 // since returns the requests from index i on.
 func (l *fetchLog) since(i int) []fetchSeen {
 	return l.all()[i:]
+}
+
+// fetchedSince returns the requests from index i on, each with named
+// replaced by the partitions the broker fetches for it: those the request
+// names and, for an incremental request, those its session holds from
+// earlier requests to that node, with the parameters they were last named
+// with (KIP-227: an unchanged partition is left out, not dropped).
+func (l *fetchLog) fetchedSince(i int) []fetchSeen {
+	all := l.all()
+	held := map[int32]map[int32]kmsg.FetchRequestTopicPartition{} // node → partition → parameters
+	for j, r := range all {
+		cur := held[r.node]
+		if r.sessionEpoch <= 0 || cur == nil {
+			cur = map[int32]kmsg.FetchRequestTopicPartition{}
+			held[r.node] = cur
+		}
+		for _, p := range r.forgotten {
+			delete(cur, p)
+		}
+		maps.Copy(cur, r.named)
+		all[j].named = maps.Clone(cur)
+	}
+	return all[i:]
 }
 
 // countRequests counts requests of one key the cluster receives.
