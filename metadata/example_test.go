@@ -30,9 +30,11 @@ func ExampleRefresher() {
 
 	r := metadata.NewRefresher(cl)
 	defer r.Close()
-	defer r.Watch("orders")()
+	// Subscribe before watching: the first refresh may end at once, and
+	// a subscription sees only the events after it was made.
 	sub := r.Subscribe("orders")
 	defer sub.Close()
+	defer r.Watch("orders")()
 
 	p, err := r.WaitFor(ctx, "orders", 0, -1)
 	if err != nil {
@@ -40,7 +42,10 @@ func ExampleRefresher() {
 	}
 	t, _ := r.Topic("orders")
 	fmt.Println("partitions:", len(t.Partitions), "epoch:", p.LeaderEpoch)
-	added, _ := sub.Next(ctx)
+	added, err := sub.Next(ctx)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("events:", len(added), added[0].Kind)
 
 	next := (p.Leader + 1) % 3
@@ -51,7 +56,10 @@ func ExampleRefresher() {
 	if reason, ok := metadata.ReasonFor(errors.ErrNotLeader); ok {
 		r.Trigger(reason)
 	}
-	evs, _ := sub.Next(ctx)
+	evs, err := sub.Next(ctx)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(evs[0].Kind, "epoch", evs[0].PrevLeaderEpoch, "->", evs[0].LeaderEpoch, "moved:", evs[0].Leader == next)
 	// Output:
 	// partitions: 2 epoch: 0
