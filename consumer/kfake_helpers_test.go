@@ -157,11 +157,6 @@ func (l *fetchLog) len() int {
 	return len(l.reqs)
 }
 
-// since returns the requests from index i on.
-func (l *fetchLog) since(i int) []fetchSeen {
-	return l.all()[i:]
-}
-
 // fetchedSince returns the requests from index i on, each with named
 // replaced by the partitions the broker fetches for it: those the request
 // names and, for an incremental request, those its session holds from
