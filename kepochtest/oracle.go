@@ -1,9 +1,11 @@
 package kepochtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -21,8 +23,10 @@ type TopicID [16]byte
 
 // TopicState is a topic as the brokers' metadata shows it.
 type TopicState struct {
-	Topic      string
-	ID         TopicID
+	Topic string
+	ID    TopicID
+	// Partitions is indexed by partition: Partitions[i].Partition == i
+	// (a metadata answer lists them in no promised order).
 	Partitions []PartitionState
 }
 
@@ -152,6 +156,12 @@ func (c *Cluster) topicState(ctx context.Context, topic string) (TopicState, err
 				Topic: topic, Partition: mp.Partition, TopicID: mt.TopicID,
 				Leader: mp.Leader, LeaderEpoch: mp.LeaderEpoch, LogStart: -1, LogEnd: -1,
 			})
+		}
+		slices.SortFunc(s.Partitions, func(a, b PartitionState) int { return cmp.Compare(a.Partition, b.Partition) })
+		for i, p := range s.Partitions {
+			if p.Partition != int32(i) {
+				return fmt.Errorf("metadata of %q lists partition %d at index %d: partitions are missing", topic, p.Partition, i)
+			}
 		}
 		return nil
 	})

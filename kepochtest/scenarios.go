@@ -3,6 +3,7 @@ package kepochtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -236,10 +237,16 @@ func (c *Cluster) lastBatchEpoch(life <-chan struct{}, topic string, partition i
 	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, c.probe)
-	if err != nil || len(resp.Topics) != 1 || int(partition) >= len(resp.Topics[0].Partitions) {
+	if err != nil || len(resp.Topics) != 1 {
 		return -1
 	}
-	s := PartitionState{Topic: topic, Partition: partition, TopicID: id, Leader: resp.Topics[0].Partitions[partition].Leader}
+	// Found by number: a metadata answer lists partitions in no promised
+	// order.
+	at := slices.IndexFunc(resp.Topics[0].Partitions, func(mp kmsg.MetadataResponseTopicPartition) bool { return mp.Partition == partition })
+	if at < 0 {
+		return -1
+	}
+	s := PartitionState{Topic: topic, Partition: partition, TopicID: id, Leader: resp.Topics[0].Partitions[at].Leader}
 	end, err := listOffset(ctx, c.probe.Broker(int(s.Leader)), topic, partition, -1, -1)
 	if err != nil {
 		return -1
