@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -166,6 +167,10 @@ func (c *Cluster) waitEpoch(ctx context.Context, topic string, partition, epoch 
 // The request stays on the broker; nothing is answered for it.
 func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic string, partition, newEpoch int32, id TopicID) {
 	written := make(chan struct{}) // closed once a batch of newEpoch exists
+	// Each held request polls in a goroutine of its own: the first to see
+	// the batch closes written, once.
+	var once sync.Once
+	markWritten := func() { once.Do(func() { close(written) }) }
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		select {
 		case <-written:
@@ -185,7 +190,7 @@ func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic
 			}
 		}
 		if hold {
-			kc.SleepControl(func() { c.awaitEpochWritten(life, topic, partition, newEpoch, id, written) })
+			kc.SleepControl(func() { c.awaitEpochWritten(life, topic, partition, newEpoch, id, written, markWritten) })
 		}
 		return nil, nil, false
 	})
@@ -193,9 +198,9 @@ func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic
 
 // awaitEpochWritten polls the partition's last batch (with the probe
 // client, never held behind a held request) until its leader epoch is at
-// least epoch, then closes written; it returns early when the cluster
-// incarnation ends.
-func (c *Cluster) awaitEpochWritten(life <-chan struct{}, topic string, partition, epoch int32, id TopicID, written chan struct{}) {
+// least epoch, then marks it written (closing written); it returns early
+// when written is closed by another or the cluster incarnation ends.
+func (c *Cluster) awaitEpochWritten(life <-chan struct{}, topic string, partition, epoch int32, id TopicID, written <-chan struct{}, markWritten func()) {
 	for {
 		select {
 		case <-written:
@@ -205,11 +210,7 @@ func (c *Cluster) awaitEpochWritten(life <-chan struct{}, topic string, partitio
 		default:
 		}
 		if c.lastBatchEpoch(life, topic, partition, id) >= epoch {
-			select {
-			case <-written:
-			default:
-				close(written)
-			}
+			markWritten()
 			return
 		}
 		select {
