@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -43,15 +44,17 @@ func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func()
 	var (
 		logRatio     float64
 		elapsed, cpu [2]time.Duration
+		gcs          [2]uint64
 	)
 	for i := 0; i < b.N; i++ {
 		var took [2]time.Duration
 		for j := range 2 {
 			side := (i + j) % 2 // even pairs: kepoch first
-			c0, t0 := cpuTime(), time.Now()
+			g0, c0, t0 := gcCycles(), cpuTime(), time.Now()
 			end := sides[side]()
 			took[side] = time.Since(t0)
 			cpu[side] += cpuTime() - c0
+			gcs[side] += gcCycles() - g0
 			// Untimed: closing the client, and a collection so that
 			// neither turn pays for the other's garbage.
 			b.StopTimer()
@@ -73,6 +76,21 @@ func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func()
 	b.ReportMetric(recs/elapsed[1].Seconds(), "kgo-records/s")
 	b.ReportMetric(float64(cpu[0].Nanoseconds())/recs0, name+"-cpu-ns/record")
 	b.ReportMetric(float64(cpu[1].Nanoseconds())/recs, "kgo-cpu-ns/record")
+	b.ReportMetric(float64(gcs[0])/float64(b.N), name+"-gcs/turn")
+	b.ReportMetric(float64(gcs[1])/float64(b.N), "kgo-gcs/turn")
+}
+
+// gcCycles is how many collections the runtime started by itself (not
+// runtime.GC's) so far. A consumer's allocations are mostly its answers,
+// freed as soon as delivered: its live heap stays small, and the
+// collector, whose heap goal is twice the live heap but at least 4 MiB,
+// runs every few MiB fetched. How many times it ran in a turn is reported
+// beside the throughput because it explains much of it (README,
+// "Consumer throughput").
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // BenchmarkProducePaired is BenchmarkProduce with the clients in turns: the
