@@ -83,10 +83,10 @@ func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func()
 // gcCycles is how many collections the runtime started by itself (not
 // runtime.GC's) so far. A consumer's allocations are mostly its answers,
 // freed as soon as delivered: its live heap stays small, and the
-// collector, whose heap goal is twice the live heap but at least 4 MiB,
-// runs every few MiB fetched. How many times it ran in a turn is reported
-// beside the throughput because it explains much of it (README,
-// "Consumer throughput").
+// collector, whose heap goal is twice the live heap but at least 4 MiB
+// (GOGC=100), runs every few MiB fetched. How many times it ran in a turn
+// is reported beside the throughput because it explains much of it (the
+// README's paragraph on GOGC).
 func gcCycles() uint64 {
 	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
 	metrics.Read(s)
