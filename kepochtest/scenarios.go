@@ -166,14 +166,12 @@ func (c *Cluster) waitEpoch(ctx context.Context, topic string, partition, epoch 
 // request until then gives the client the broker's own, correct, answer.
 // The request stays on the broker; nothing is answered for it.
 func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic string, partition, newEpoch int32, id TopicID) {
-	written := make(chan struct{}) // closed once a batch of newEpoch exists
-	// Each held request polls in a goroutine of its own: the first to see
-	// the batch closes written, once.
-	var once sync.Once
-	markWritten := func() { once.Do(func() { close(written) }) }
+	// Closed once a batch of newEpoch exists. Each held request polls in
+	// a goroutine of its own, and the first to see the batch closes it.
+	written := newLatch()
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		select {
-		case <-written:
+		case <-written.c:
 			kc.DropControl()
 			return nil, nil, false
 		default:
@@ -190,7 +188,7 @@ func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic
 			}
 		}
 		if hold {
-			kc.SleepControl(func() { c.awaitEpochWritten(life, topic, partition, newEpoch, id, written, markWritten) })
+			kc.SleepControl(func() { c.awaitEpochWritten(life, topic, partition, newEpoch, id, written) })
 		}
 		return nil, nil, false
 	})
@@ -198,19 +196,19 @@ func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic
 
 // awaitEpochWritten polls the partition's last batch (with the probe
 // client, never held behind a held request) until its leader epoch is at
-// least epoch, then marks it written (closing written); it returns early
-// when written is closed by another or the cluster incarnation ends.
-func (c *Cluster) awaitEpochWritten(life <-chan struct{}, topic string, partition, epoch int32, id TopicID, written <-chan struct{}, markWritten func()) {
+// least epoch, then closes written; it returns early when another closed
+// written or the cluster incarnation ends.
+func (c *Cluster) awaitEpochWritten(life <-chan struct{}, topic string, partition, epoch int32, id TopicID, written *latch) {
 	for {
 		select {
-		case <-written:
+		case <-written.c:
 			return
 		case <-life:
 			return
 		default:
 		}
 		if c.lastBatchEpoch(life, topic, partition, id) >= epoch {
-			markWritten()
+			written.close()
 			return
 		}
 		select {
@@ -350,3 +348,14 @@ func (c *Cluster) LoseProducerState(ctx context.Context, topic string, partition
 	}, nil)
 	return opErr("lose producer state", topic, partition, err)
 }
+
+// latch is a channel that any of several goroutines may close, and only
+// the first does.
+type latch struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func newLatch() *latch { return &latch{c: make(chan struct{})} }
+
+func (l *latch) close() { l.once.Do(func() { close(l.c) }) }
