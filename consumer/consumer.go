@@ -246,10 +246,18 @@ func (c *Consumer) part(topic string, partition int32) (*part, error) {
 	p := c.parts[TopicPartition{topic, partition}]
 	if p == nil {
 		return nil, &errors.PartitionError{Op: "seek", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
-			Err: fmt.Errorf("partition not assigned")}
+			Err: errNotAssigned}
 	}
 	return p, nil
 }
+
+// ErrSeekSuperseded ends a SeekToNearest that was still waiting for the
+// leader when the partition was sought again (Seek, SeekTo or another
+// SeekToNearest): the later seek decides the position.
+var ErrSeekSuperseded = errors.New("kepoch: seek superseded by a later seek of the partition")
+
+// errNotAssigned: the partition is not (or no longer) assigned.
+var errNotAssigned = errors.New("partition not assigned")
 
 // Seek moves a partition's position to offset without an epoch: the
 // position is not validated against the leader (Kafka's seek(tp, offset)).
@@ -273,6 +281,7 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 		return err
 	}
 	c.dropBufferLocked(p)
+	p.supersedeNearest()
 	c.stepLocked(p, seek.Seek{Start: s})
 	c.signalLocked()
 	return nil
@@ -282,9 +291,14 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 // KIP-320 gives it: the offset itself if it still exists in that leader
 // epoch, else the first offset of the next larger epoch. It blocks until
 // the leader answered and returns the position the partition moved to. A
-// stored position without an epoch is used as is. When the leader cannot
-// locate the epoch, the partition's truncation policy decides (and the
-// break is reported by Poll).
+// stored position without an epoch, or at offset 0, is used as is, and so
+// is every stored position when the leader's metadata carries no epochs.
+// When the leader cannot locate the epoch, or asking it finds another
+// break (the topic recreated), the partition's truncation policy decides,
+// the break is reported by Poll, and SeekToNearest returns the report's
+// error (a *LogTruncationError for an epoch the leader cannot locate). A
+// later seek of the partition ends a waiting SeekToNearest with
+// ErrSeekSuperseded; its revocation, with a *PartitionError.
 func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
 	c.mu.Lock()
 	p, err := c.part(topic, partition)
@@ -293,19 +307,14 @@ func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition in
 		return Position{}, err
 	}
 	c.dropBufferLocked(p)
-	done := make(chan Position, 1)
+	p.supersedeNearest()
+	done := make(chan nearestResult, 1)
 	p.nearest = done
 	c.stepLocked(p, seek.Seek{Start: NearestTo(om.Offset, om.LeaderEpoch)})
-	if om.LeaderEpoch < 0 {
-		p.nearest = nil
-		pos, _ := p.m.Position()
-		c.mu.Unlock()
-		return pos, nil
-	}
 	c.mu.Unlock()
 	select {
-	case pos := <-done:
-		return pos, nil
+	case r := <-done:
+		return r.pos, r.err
 	case <-ctx.Done():
 		c.mu.Lock()
 		if p.nearest == done {

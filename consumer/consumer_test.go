@@ -300,6 +300,129 @@ func TestSeekToNearest(t *testing.T) {
 	}
 }
 
+// TestSeekToNearestEnds: a SeekToNearest returns however its resolution
+// ends, never only when its context does: nothing to resolve (a stored
+// position at offset 0), an epoch the leader cannot locate (the break's
+// error, as Poll reports it), the partition sought again
+// (ErrSeekSuperseded) or no longer assigned.
+func TestSeekToNearestEnds(t *testing.T) {
+	setup := func(t *testing.T) (*kfake.Cluster, *consumer.Consumer) {
+		c := newCluster(t, 2)
+		produce(t, c, 0, "a", 10)
+		cons := newConsumer(t, c)
+		if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Latest()},
+			consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.Latest()}); err != nil {
+			t.Fatal(err)
+		}
+		return c, cons
+	}
+	// hang makes every OffsetForLeaderEpoch go unanswered and returns
+	// what a SeekToNearest of partition 0 to 5@0, started in the
+	// background, returns.
+	hang := func(t *testing.T, c *kfake.Cluster, cons *consumer.Consumer) chan error {
+		asked := make(chan struct{}, 1)
+		c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+			return nil, nil, true // no answer
+		})
+		res := make(chan error, 1)
+		go func() {
+			_, err := cons.SeekToNearest(context.Background(), topic, 0, consumer.OffsetAndMetadata{Offset: 5, LeaderEpoch: 0})
+			res <- err
+		}()
+		select {
+		case <-asked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the leader was never asked")
+		}
+		return res
+	}
+	wait := func(t *testing.T, res chan error) error {
+		t.Helper()
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("SeekToNearest still waiting")
+			return nil
+		}
+	}
+
+	t.Run("offset zero", func(t *testing.T) {
+		_, cons := setup(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pos, err := cons.SeekToNearest(ctx, topic, 0, consumer.OffsetAndMetadata{Offset: 0, LeaderEpoch: 0})
+		if err != nil || pos.Offset != 0 {
+			t.Fatalf("SeekToNearest(0@0) = %v, %v; want offset 0", pos, err)
+		}
+		recs, _, _ := pollUntil(t, cons, 10, 5*time.Second)
+		if len(recs) != 10 || recs[0].Offset != 0 {
+			t.Fatalf("after SeekToNearest(0@0): %d records", len(recs))
+		}
+	})
+	t.Run("unlocated", func(t *testing.T) {
+		c, cons := setup(t)
+		c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+			resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+				st.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+					sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := cons.SeekToNearest(ctx, topic, 0, consumer.OffsetAndMetadata{Offset: 5, LeaderEpoch: 0})
+		var lte *errors.LogTruncationError
+		if !errors.As(err, &lte) || len(lte.Divergences) != 1 || !lte.Divergences[0].Unknown {
+			t.Fatalf("SeekToNearest to an epoch the leader cannot locate: %v; want an unlocated *LogTruncationError", err)
+		}
+		// Poll reports the same break, and the policy (earliest) goes
+		// on from the log start.
+		recs, evs, _ := pollUntil(t, cons, 10, 5*time.Second)
+		if len(evs) != 1 || evs[0].Kind != consumer.Unlocated || len(recs) != 10 {
+			t.Fatalf("after the unlocated SeekToNearest: events %v, %d records", evs, len(recs))
+		}
+	})
+	t.Run("superseded", func(t *testing.T) {
+		c, cons := setup(t)
+		res := hang(t, c, cons)
+		if err := cons.Seek(topic, 0, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(t, res); !errors.Is(err, consumer.ErrSeekSuperseded) {
+			t.Fatalf("SeekToNearest sought over: %v; want ErrSeekSuperseded", err)
+		}
+		if pos, _ := cons.Position(topic, 0); pos.Offset != 3 {
+			t.Fatalf("position %v after the later Seek to 3", pos)
+		}
+	})
+	t.Run("revoked", func(t *testing.T) {
+		c, cons := setup(t)
+		res := hang(t, c, cons)
+		if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.Latest()}); err != nil {
+			t.Fatal(err)
+		}
+		var pe *errors.PartitionError
+		if err := wait(t, res); !errors.As(err, &pe) || pe.Partition != 0 {
+			t.Fatalf("SeekToNearest of a partition unassigned meanwhile: %v; want a *PartitionError", err)
+		}
+	})
+}
+
 func TestOptionsValidated(t *testing.T) {
 	for name, opts := range map[string][]consumer.Opt{
 		"no seeds":        nil,

@@ -350,6 +350,12 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		c.stepLocked(p, seek.FetchCompleted{Req: in.req})
 		return
 	}
+	if !p.m.AwaitsFetch(in.req) {
+		// Stale (the partition moved on while it was in flight): its
+		// batches would be ignored, and it must not replace an answer
+		// the machine waits for.
+		return
+	}
 	c.dropBufferLocked(p)
 	p.buf = &fetched{req: in.req, size: len(rp.RecordBatches), d: d}
 	c.buffered += p.buf.size

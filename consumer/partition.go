@@ -38,8 +38,9 @@ type part struct {
 	// into the machine when Poll delivers them. delivering is the answer
 	// being delivered meanwhile (buf is nil then).
 	buf, delivering *fetched
-	// nearest receives the position a SeekToNearest resolved to.
-	nearest chan Position
+	// nearest receives what a waiting SeekToNearest ends with (see
+	// endNearest).
+	nearest chan nearestResult
 	// history holds the digests of the last batches delivered, in offset
 	// order (at most Consumer.cfg.historySize).
 	history []DeliveredBatch
@@ -171,7 +172,30 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 func (p *part) revoke() {
 	p.m.Step(seek.Revoked{})
 	p.fetch = nil
+	p.endNearest(Position{}, &errors.PartitionError{Op: "seek", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		Offset: -1, LeaderEpoch: NoEpoch, Err: errNotAssigned})
+}
+
+// supersedeNearest ends a waiting SeekToNearest: p is sought again.
+func (p *part) supersedeNearest() {
+	p.endNearest(Position{}, &errors.PartitionError{Op: "seek", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		Offset: -1, LeaderEpoch: NoEpoch, Err: ErrSeekSuperseded})
+}
+
+// nearestResult is how a SeekToNearest ends: where the partition landed,
+// or why it did not land where the stored position says.
+type nearestResult struct {
+	pos Position
+	err error
+}
+
+// endNearest answers the SeekToNearest waiting for p, if any. Every way its
+// resolution can end answers it: resolved by the leader, nothing to
+// resolve (offset 0, or a leader without epochs), a break reported or a
+// halt instead, the partition revoked, a later seek.
+func (p *part) endNearest(pos Position, err error) {
 	if p.nearest != nil {
+		p.nearest <- nearestResult{pos, err}
 		p.nearest = nil
 	}
 }
@@ -210,6 +234,13 @@ func (c *Consumer) stepLocked(p *part, ev seek.Event) {
 	}
 	for i := range acts {
 		c.actLocked(p, acts[i])
+	}
+	if p.nearest != nil && p.m.State() != seek.StateAwaitingValidation {
+		// The machine moved on without a resolution to report: there
+		// was nothing to ask the leader (offset 0, or metadata without
+		// epochs), so the position is the stored offset as is.
+		pos, _ := p.m.Position()
+		p.endNearest(pos, nil)
 	}
 }
 
@@ -252,27 +283,32 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 		if ev.Halted {
 			c.errs = append(c.errs, ev.Err())
 		}
+		// A stored position the leader cannot locate (or a break found
+		// while asking) has no nearest offset: the policy decides, and
+		// the SeekToNearest waiting says so.
+		p.endNearest(Position{}, ev.Err())
 		c.signalLocked()
 	case seek.ActHalt:
 		c.dropBufferLocked(p)
 		p.fetch = nil
+		var err error
 		switch a.Halt.Reason {
 		case seek.HaltError:
 			pos, _ := p.m.Position()
-			c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
-				Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: errors.FromCode(int16(a.Halt.Code))})
-			c.signalLocked()
+			err = &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+				Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: errors.FromCode(int16(a.Halt.Code))}
 		case seek.HaltUnvalidated:
 			pos, _ := p.m.Position()
-			c.errs = append(c.errs, &errors.PartitionError{Op: "validate", Topic: p.tp.Topic, Partition: p.tp.Partition,
-				Offset: pos.Offset, LeaderEpoch: NoEpoch, Err: errors.ErrUnvalidated})
+			err = &errors.PartitionError{Op: "validate", Topic: p.tp.Topic, Partition: p.tp.Partition,
+				Offset: pos.Offset, LeaderEpoch: NoEpoch, Err: errors.ErrUnvalidated}
+		}
+		if err != nil {
+			c.errs = append(c.errs, err)
+			p.endNearest(Position{}, err)
 			c.signalLocked()
 		}
 	case seek.ActResolved:
-		if p.nearest != nil {
-			p.nearest <- a.Resolved.Position
-			p.nearest = nil
-		}
+		p.endNearest(a.Resolved.Position, nil)
 	}
 }
 

@@ -97,8 +97,11 @@ func (p *Partition) recreated(e LeaderChanged) {
 	p.leader = Leader{ID: e.Leader, Epoch: e.Epoch}
 	p.lastSeen = e.Epoch // epochs restart with the new topic
 	p.behind = 0
-	switch p.state {
-	case StateFetching, StateAwaitingValidation:
+	classifying := p.state == StateAwaitingReset && p.lpurpose == purposeClassify
+	switch {
+	case p.state == StateFetching, p.state == StateAwaitingValidation, classifying:
+		// (An OFFSET_OUT_OF_RANGE being classified still has the
+		// position consumed from the old topic.)
 		if p.pos.Offset <= 0 && !p.pos.HasEpoch() {
 			// Nothing consumed from the old topic.
 			p.forget()
@@ -107,7 +110,7 @@ func (p *Partition) recreated(e LeaderChanged) {
 			return
 		}
 		p.broken(Recreated, Range{From: 0, To: p.pos.Offset}, Range{})
-	case StateAwaitingReset:
+	case p.state == StateAwaitingReset:
 		p.send()
 	}
 }

@@ -190,6 +190,10 @@ func (p *Partition) Position() (pos Position, ok bool) {
 // Leader returns the leader the partition believes in.
 func (p *Partition) Leader() Leader { return p.leader }
 
+// AwaitsFetch reports whether req is the Fetch the partition waits for;
+// an answer to any other is stale and changes nothing.
+func (p *Partition) AwaitsFetch(req RequestID) bool { return p.answers(req, ActFetch) }
+
 // Policy returns the current policy.
 func (p *Partition) Policy() Policy { return p.cfg.Policy }
 

@@ -19,6 +19,12 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 			// reported break: continue from here in whatever lineage
 			// the leader has, without the epoch that diverged.
 			p.setPosition(Position{Offset: s.Offset, Epoch: NoEpoch})
+			if s.Kind == StartNearest {
+				// Nothing to resolve, but the caller waits for where
+				// it landed.
+				p.acts = append(p.acts, Action{Kind: ActResolved, Resolved: Resolved{
+					Requested: Position{Offset: s.Offset, Epoch: s.Epoch}, Position: p.pos}})
+			}
 			p.send()
 			return
 		}
