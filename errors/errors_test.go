@@ -339,7 +339,7 @@ func TestProduceNotApplied(t *testing.T) {
 		{"EOF", io.EOF, false},
 		{"context canceled", context.Canceled, false},
 		{"deadline", context.DeadlineExceeded, false},
-		{"not leader", pe(errors.ErrNotLeader), true},
+		{"not leader: appended, then leadership lost (KAFKA-13574)", pe(errors.ErrNotLeader), false},
 		{"unknown topic", pe(errors.ErrUnknownTopicOrPartition), true},
 		{"not enough replicas", pe(errors.ErrNotEnoughReplicas), true},
 		{"not enough replicas after append", pe(errors.ErrNotEnoughReplicasAfter), false},
@@ -357,8 +357,8 @@ func TestProduceNotApplied(t *testing.T) {
 		{"unknown code", errors.FromCode(30000), false},
 		{"unknown outcome", errors.ErrUnknownOutcome, false},
 		{"plain error", stderrors.New("boom"), false},
-		{"join all rejected", errors.Join(errors.ErrNotLeader, errors.ErrNotSent), true},
-		{"join mixed", errors.Join(errors.ErrNotLeader, errors.ErrRequestTimedOut), false},
+		{"join all rejected", errors.Join(errors.ErrUnknownTopicOrPartition, errors.ErrNotSent), true},
+		{"join mixed", errors.Join(errors.ErrUnknownTopicOrPartition, errors.ErrRequestTimedOut), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -147,18 +147,21 @@ func codeRetriable(e *kerr.Error) bool {
 //
 // It is true for ErrNotSent, for a dial error (*net.OpError with Op "dial",
 // nothing was written), and for these codes, which a broker returns before
-// appending: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
-// UNKNOWN_TOPIC_ID, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
-// NOT_ENOUGH_REPLICAS, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE,
-// RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP,
-// INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION,
-// UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_COMPRESSION_TYPE,
-// UNSUPPORTED_VERSION, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
+// appending: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID,
+// FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS,
+// CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+// INVALID_RECORD, INVALID_TIMESTAMP, INVALID_REQUIRED_ACKS,
+// INVALID_TOPIC_EXCEPTION, UNSUPPORTED_FOR_MESSAGE_FORMAT,
+// UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION,
+// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
 // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
 // INVALID_TXN_STATE, TRANSACTION_ABORTABLE, TOPIC_AUTHORIZATION_FAILED,
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED.
 // DUPLICATE_SEQUENCE_NUMBER is not in the list: it means the batch is
-// already in the log. For an error wrapping several, it is true only if it
+// already in the log. Nor is NOT_LEADER_OR_FOLLOWER: a leader that
+// appended the batch and lost its leadership while waiting for the
+// replicas (acks=all) answers it, and the new leader may hold the batch
+// (KAFKA-13574). For an error wrapping several, it is true only if it
 // holds for each.
 func ProduceNotApplied(err error) bool {
 	if err == nil {
@@ -215,7 +218,7 @@ func notAppliedAt(err error) (verdict, decided bool) {
 var rejectedBeforeAppend = func() map[int16]struct{} {
 	m := make(map[int16]struct{})
 	for _, e := range []*kerr.Error{
-		kerr.NotLeaderForPartition, kerr.UnknownTopicOrPartition, kerr.UnknownTopicID,
+		kerr.UnknownTopicOrPartition, kerr.UnknownTopicID,
 		kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch, kerr.NotEnoughReplicas,
 		kerr.CorruptMessage, kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
 		kerr.InvalidTimestamp, kerr.InvalidRequiredAcks, kerr.InvalidTopicException,

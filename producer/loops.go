@@ -178,6 +178,9 @@ func (p *Producer) pidLoop() {
 					for _, ps := range p.parts {
 						ps.failAll(p, p.fatal)
 					}
+					// Batches the Sequencer holds (waiting for this
+					// identity) fail now too.
+					p.applyLocked(p.seq.FailPending(p.fatal))
 					p.mu.Unlock()
 					return
 				}
@@ -253,12 +256,22 @@ func (p *Producer) expireLoop() {
 					b := ps.popQueue()
 					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
 				}
+				if b := ps.inflight; b != nil && !b.retryAt.IsZero() && !now.Before(b.deadline) {
+					// Non-idempotent batch waiting for its retry (not on
+					// the wire): it may wait for a leader forever.
+					ps.inflight = nil
+					var err error = &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: ErrDeliveryTimeout}
+					if b.maybe {
+						err = errors.Join(err, errors.ErrUnknownOutcome)
+					}
+					p.finishLocked(b, err, -1, nil)
+				}
 				if ps.open != nil && !now.Before(ps.open.deadline) {
 					b := ps.open
 					ps.open = nil
 					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
 				}
-				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0) {
+				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0 || ps.inflight != nil) {
 					p.meta.Trigger(metadata.ReasonWait)
 				}
 			}

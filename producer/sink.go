@@ -560,7 +560,7 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 	if res.Delivery == Answered {
 		cause = kerr.ErrorForCode(res.Code)
 	}
-	if res.Delivery != NotSent && !(res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
+	if res.Delivery == NoResponse || (res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
 		b.maybe = true
 	}
 	if errors.IsRetriable(cause) && time.Now().Before(b.deadline) {
