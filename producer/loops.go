@@ -250,11 +250,13 @@ func (p *Producer) expireLoop() {
 					p.txnStepLocked(p.txn.HandleProduce(d))
 				}
 			}
+			expiredUnsent := false
 			for _, ps := range p.parts {
 				// Batches never sent: certainly not written.
 				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
 					b := ps.popQueue()
 					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
+					expiredUnsent = true
 				}
 				if b := ps.inflight; b != nil && !b.retryAt.IsZero() && !now.Before(b.deadline) {
 					// Non-idempotent batch waiting for its retry (not on
@@ -270,10 +272,16 @@ func (p *Producer) expireLoop() {
 					b := ps.open
 					ps.open = nil
 					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
+					expiredUnsent = true
 				}
 				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0 || ps.inflight != nil) {
 					p.meta.Trigger(metadata.ReasonWait)
 				}
+			}
+			if p.txn != nil && expiredUnsent {
+				// A record of the transaction failed: it cannot commit
+				// (never sent, so no sequence was disturbed).
+				p.txnStepLocked(p.txn.HandleProduce(Decision{Abortable: &AbortableError{Err: ErrDeliveryTimeout}}))
 			}
 			p.wakeSinksLocked()
 			p.mu.Unlock()

@@ -120,6 +120,11 @@ type Producer struct {
 	txnWake chan struct{}
 	txnSend TxnRequest // request handed to the txn loop
 	txnDone chan error // the waiting InitTransactions/Commit/Abort
+	txnKind string     // which one txnDone answers (see txnOp)
+	// txnLeft: the outcome channel of an operation whose caller's context
+	// ended (txnLeftKind names it); a retry of the same operation waits on it.
+	txnLeft     chan error
+	txnLeftKind string
 }
 
 // New creates a producer. An idempotent producer asks for its producer ID
@@ -398,6 +403,17 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.sub.Close()
 	p.wg.Wait()
 	p.mu.Lock()
+	if p.txnDone != nil {
+		// The txn loop stopped: the waiting InitTransactions, Commit or
+		// Abort gets no other answer. A commit's EndTxn may have been
+		// applied: its outcome is unknown.
+		err := errors.ErrClosed
+		if p.txnKind == "commit" {
+			err = errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)
+		}
+		p.txnDone <- err
+		p.txnDone = nil
+	}
 	for _, ps := range p.parts {
 		ps.failAll(p, errors.ErrClosed)
 		if b := ps.inflight; b != nil {

@@ -18,7 +18,7 @@ import (
 // epoch from the transaction coordinator, fencing any earlier producer with
 // the same transactional ID. Call it once, before the first Begin.
 func (p *Producer) InitTransactions(ctx context.Context) error {
-	return p.txnOp(ctx, func() (TxnStep, error) { return p.txn.InitTransactions() })
+	return p.txnOp(ctx, "init", func() (TxnStep, error) { return p.txn.InitTransactions() })
 }
 
 // BeginTransaction opens a transaction: records produced until Commit or
@@ -29,13 +29,20 @@ func (p *Producer) BeginTransaction() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.txn.Begin()
+	if err := p.txn.Begin(); err != nil {
+		return err
+	}
+	p.txnLeft = nil // a left operation's result belongs to the previous transaction
+	return nil
 }
 
 // CommitTransaction sends every record of the transaction, waits for their
 // acknowledgements, and commits. If the transaction cannot commit (an
 // abortable error), the error matches ErrAbortRequired: call
-// AbortTransaction.
+// AbortTransaction. If ctx ends first, the commit goes on: calling
+// CommitTransaction again waits for that same commit's outcome (and so do
+// InitTransactions and AbortTransaction for theirs). A Close while it
+// waits ends it with ErrClosed and ErrUnknownOutcome.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
@@ -50,7 +57,7 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 		if err := p.Flush(ctx); err != nil {
 			return err
 		}
-		err := p.txnOp(ctx, func() (TxnStep, error) {
+		err := p.txnOp(ctx, "commit", func() (TxnStep, error) {
 			if p.records > 0 {
 				// Produced after the flush: commit only once they are
 				// part of the transaction's batches (TxnState.Commit's
@@ -63,7 +70,7 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 			return err
 		}
 	}
-	return p.txnOp(ctx, func() (TxnStep, error) { return p.txn.Commit() })
+	return p.txnOp(ctx, "commit", func() (TxnStep, error) { return p.txn.Commit() })
 }
 
 var errFlushAgain = errors.New("kepoch: records produced during commit")
@@ -76,7 +83,7 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
-	return p.txnOp(ctx, func() (TxnStep, error) {
+	return p.txnOp(ctx, "abort", func() (TxnStep, error) {
 		step, err := p.txn.Abort()
 		if err == nil {
 			for _, ps := range p.parts {
@@ -87,38 +94,50 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 	})
 }
 
-// txnOp runs a TxnState operation and waits for its Done step.
-func (p *Producer) txnOp(ctx context.Context, op func() (TxnStep, error)) error {
+// txnOp runs a TxnState operation (kind names it: "init", "commit",
+// "abort") and waits for its Done step. When ctx ends first, the operation
+// goes on, and the next call of the same kind waits for its outcome
+// instead of starting another (a commit that timed out for its caller may
+// still commit; the retry says whether it did).
+func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, error)) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
-	done := make(chan error, 1)
 	p.mu.Lock()
-	if p.closed {
+	var done chan error
+	switch {
+	case p.txnLeft != nil && p.txnLeftKind == kind:
+		// The same operation, left by a caller whose context ended:
+		// wait for (or take) its outcome, which Close supplies if the
+		// coordinator's does not come.
+		done, p.txnLeft = p.txnLeft, nil
+	case p.closed:
 		p.mu.Unlock()
 		return errors.ErrClosed
+	default:
+		p.txnLeft = nil
+		if p.txnDone != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("producer: %w: another transaction operation is in progress", ErrTxnState)
+		}
+		done = make(chan error, 1)
+		p.txnDone, p.txnKind = done, kind
+		step, err := op()
+		if err != nil {
+			p.txnDone = nil
+			p.mu.Unlock()
+			return err
+		}
+		p.txnStepLocked(step)
 	}
-	if p.txnDone != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("producer: %w: another transaction operation is in progress", ErrTxnState)
-	}
-	p.txnDone = done
-	step, err := op()
-	if err != nil {
-		p.txnDone = nil
-		p.mu.Unlock()
-		return err
-	}
-	p.txnStepLocked(step)
 	p.mu.Unlock()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+		// The operation goes on; its outcome stays in done for a retry.
 		p.mu.Lock()
-		if p.txnDone == done {
-			p.txnDone = nil
-		}
+		p.txnLeft, p.txnLeftKind = done, kind
 		p.mu.Unlock()
 		return ctx.Err()
 	}
@@ -141,12 +160,12 @@ func (p *Producer) txnStepLocked(step TxnStep) {
 	}
 	if step.Send != nil {
 		p.txnSend = step.Send
+		p.wakeTxnLocked()
 	}
 	if step.Done && p.txnDone != nil {
 		p.txnDone <- step.Err
 		p.txnDone = nil
 	}
-	p.wakeTxnLocked()
 	p.wakeSinksLocked()
 }
 

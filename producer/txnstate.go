@@ -520,6 +520,13 @@ func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error)
 		t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
 		return TxnStep{Decision: d, Done: true}, nil
 	case kerr.TransactionAbortable.Code:
+		if t.state == TxnBumpingEpoch {
+			// The abort's bump failed: the abort must be run again
+			// (abortable() leaves BumpingEpoch alone).
+			_ = t.transition(TxnAbortableError)
+			t.err, t.bumpRequired = kerr.TransactionAbortable, true
+			return TxnStep{Done: true, Err: fmt.Errorf("%w: %w", ErrAbortRequired, kerr.TransactionAbortable)}, nil
+		}
 		step := t.abortable(kerr.TransactionAbortable, true, false)
 		step.Done, step.Err = true, fmt.Errorf("%w: %w", ErrAbortRequired, kerr.TransactionAbortable)
 		return step, nil

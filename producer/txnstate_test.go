@@ -602,3 +602,36 @@ func TestTxnV2AbortAfterUnconfirmedProduce(t *testing.T) {
 		t.Fatalf("%+v %v", step, h.tx.State())
 	}
 }
+
+// TRANSACTION_ABORTABLE answering the abort's epoch bump asks for the abort
+// again (ErrAbortRequired): the state is AbortableError, and the second
+// abort ends the transaction and bumps the epoch (it stayed in
+// BumpingEpoch, refusing every call, for good).
+func TestTxnBumpAnsweredTransactionAbortable(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, oosn) // abortable, bump after the abort
+	step, err := h.tx.Abort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	step = h.init(InitProducerIDResult{Code: kerr.TransactionAbortable.Code, Producer: NoProducerID})
+	if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
+		t.Fatalf("TRANSACTION_ABORTABLE on the bump: step %+v, state %v; want ErrAbortRequired in AbortableError", step, h.tx.State())
+	}
+	if step, err = h.tx.Abort(); err != nil {
+		t.Fatalf("Abort after ErrAbortRequired: %v (state %v)", err, h.tx.State())
+	}
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	bumped := ProducerID{pid.ID, pid.Epoch + 1}
+	step = h.init(InitProducerIDResult{Producer: bumped})
+	if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
+		t.Fatalf("second abort: step %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
+	}
+}

@@ -1,0 +1,139 @@
+package producer_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// A record of the transaction that expires while still buffered (its
+// partition could not join the transaction in time) fails with
+// ErrDeliveryTimeout; the transaction must then be uncommittable
+// (Java: Sender.failBatch → TransactionManager.handleFailedBatch →
+// abortable error).
+func TestTxnCommitRefusedAfterBufferedRecordExpired(t *testing.T) {
+	c := newCluster(t, 2)
+	p, _ := newTxnProducer(t, c, "txn-expired-buffered",
+		producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(700*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	add := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Topic: topic, Partitions: []int32{1},
+		Err: kerr.ConcurrentTransactions, Count: -1})
+	lost := sendAsync(t, ctx, p, prec(1, "z"))
+	r := lost.wait(3 * time.Second)[0]
+	if !errors.Is(r.Err, producer.ErrDeliveryTimeout) {
+		t.Fatalf("buffered record: %v; want ErrDeliveryTimeout", r.Err)
+	}
+	add.Remove()
+	err := p.CommitTransaction(ctx)
+	if err == nil {
+		t.Fatalf("CommitTransaction succeeded although record %q of the transaction failed: %v", r.Record.Value, r.Err)
+	}
+}
+
+// Close while CommitTransaction waits for its EndTxn answer ends the
+// commit (with no deadline of its own it would wait forever): with
+// ErrClosed and ErrUnknownOutcome, since the coordinator may have
+// committed.
+func TestTxnCloseDuringCommitEndsIt(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	hold := make(chan struct{})
+	seen := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-hold })
+		return nil, nil, false
+	})
+	defer close(hold)
+	done := make(chan error, 1)
+	go func() { done <- p.CommitTransaction(context.Background()) }()
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no EndTxn")
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p.Close(cctx)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errors.ErrClosed) || !errors.Is(err, errors.ErrUnknownOutcome) {
+			t.Fatalf("CommitTransaction ended by Close: %v; want ErrClosed and ErrUnknownOutcome", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("CommitTransaction still blocked 3s after Close returned")
+	}
+}
+
+// CommitTransaction whose context ends while its EndTxn is unanswered:
+// the commit goes on, and calling CommitTransaction again (as Java lets a
+// timed-out commitTransaction be retried) waits for that commit's outcome
+// and says it committed, rather than refusing in a state the application
+// cannot read.
+func TestTxnCommitRetryAfterContextEndSaysCommitted(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-commit-retry")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	var once atomicBool
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if once.set() {
+			c.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := p.CommitTransaction(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first CommitTransaction: %v", err)
+	}
+	time.Sleep(time.Second) // the commit completes in the background meanwhile
+	wantCommitted(t, c, "a")
+	if err := p.CommitTransaction(ctx); err != nil {
+		t.Fatalf("the transaction committed, but the retried CommitTransaction says: %v", err)
+	}
+}
+
+type atomicBool struct{ v atomic.Bool }
+
+func (b *atomicBool) set() bool { return b.v.CompareAndSwap(false, true) }
+
+// An idle transactional producer's loop sleeps: it is woken only when a
+// coordinator request waits to be sent (it once woke itself forever,
+// spinning a core).
+func TestTxnIdleLoopSleeps(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-idle")
+	ctx := testCtx(t, 10*time.Second)
+	commitTxn(t, ctx, p, prec(0, "a"))
+	time.Sleep(50 * time.Millisecond)
+	for i := range 200 {
+		if producer.TxnWakePending(p) {
+			t.Fatalf("sample %d: the idle transaction loop has a wake-up pending", i)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
