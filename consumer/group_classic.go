@@ -65,9 +65,10 @@ func (g *group) runClassic() {
 		failures++
 		return sleep(ctx, min(g.c.cfg.tick<<min(failures, 6), 5*time.Second))
 	}
+	var last *joined // the generation the member is in, for eager revokes
 	for ctx.Err() == nil {
 		if !coop {
-			g.revokeParts(ctx, g.ownedSet(), true, false)
+			g.revokeEager(ctx, last)
 		}
 		topics, err := g.subscribedTopics(ctx)
 		if err != nil {
@@ -84,6 +85,7 @@ func (g *group) runClassic() {
 			assigned, counts, err = g.sync(ctx, j, topics)
 			if err == nil {
 				failures = 0
+				last = &j
 				g.session(j, topics, counts, assigned, coop)
 				if errors.Is(context.Cause(ctx), errFatal) {
 					return
@@ -98,6 +100,44 @@ func (g *group) runClassic() {
 			return
 		}
 	}
+}
+
+// revokeEager revokes everything before an eager member rejoins, going on
+// heartbeating in generation j meanwhile (as Java does during
+// onPartitionsRevoked), so that a revoke slower than the session timeout
+// does not get the member evicted; REBALANCE_IN_PROGRESS answers are
+// expected then, and any other error stops the beats.
+func (g *group) revokeEager(ctx context.Context, j *joined) {
+	owned := g.ownedSet()
+	if len(owned) == 0 || j == nil {
+		g.revokeParts(ctx, owned, true, false)
+		return
+	}
+	hctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(g.cfg.heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			req := kmsg.NewPtrHeartbeatRequest()
+			req.Group, req.Generation, req.MemberID, req.InstanceID = g.cfg.id, j.generation, j.memberID, g.cfg.instanceID
+			rctx, cancel := context.WithTimeout(hctx, g.cfg.sessionTimeout)
+			resp, err := req.RequestWith(rctx, g.c.cl)
+			cancel()
+			if err == nil && resp.ErrorCode != 0 && resp.ErrorCode != kerr.RebalanceInProgress.Code {
+				return
+			}
+		}
+	}()
+	g.revokeParts(ctx, owned, true, false)
+	stop()
+	<-done
 }
 
 // session runs one generation: heartbeats, reconciles the assignment, and

@@ -44,6 +44,10 @@ type commitReq struct {
 	offsets map[TopicPartition]OffsetAndMetadata
 	pre     []error // partitions refused before sending
 	done    func(map[TopicPartition]OffsetAndMetadata, error)
+	// The membership the commit was made in, taken when it is queued.
+	gen        int32
+	member     string
+	subscribed bool
 }
 
 // commitQueue is the FIFO of commits the commit loop serves.
@@ -54,6 +58,9 @@ type commitQueue struct {
 }
 
 func (g *group) enqueue(r *commitReq) {
+	g.mu.Lock()
+	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+	g.mu.Unlock()
 	g.commits.mu.Lock()
 	g.commits.q = append(g.commits.q, r)
 	g.commits.mu.Unlock()
@@ -100,7 +107,7 @@ func (g *group) commitLoop() {
 		case len(r.offsets) > 0:
 			ctx, cancel := context.WithCancel(r.ctx)
 			stop := context.AfterFunc(c.ctx, cancel)
-			err = g.sendCommit(ctx, r.offsets)
+			err = g.sendCommit(ctx, r)
 			stop()
 			cancel()
 		}
@@ -347,7 +354,8 @@ func quietCommitErr(err error) bool {
 // sendCommit sends one OffsetCommit (v6+ carries the leader epochs) and
 // records what was stored. A KIP-848 member whose epoch went stale retries
 // with the epoch its next heartbeat learns.
-func (g *group) sendCommit(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
+	offsets, gen := r.offsets, r.gen
 	if fn := g.cfg.onEpochless; fn != nil {
 		for _, tp := range sortedKeys(offsets) {
 			if om := offsets[tp]; om.LeaderEpoch < 0 {
@@ -358,8 +366,20 @@ func (g *group) sendCommit(ctx context.Context, offsets map[TopicPartition]Offse
 	var err error
 	for attempt := 0; ; attempt++ {
 		var stale bool
-		stale, err = g.sendCommitOnce(ctx, offsets)
+		stale, err = g.sendCommitOnce(ctx, offsets, gen, r.member, r.subscribed)
 		if !stale || attempt >= 5 || !sleep(ctx, 200*time.Millisecond) {
+			return err
+		}
+		// Retry with the new epoch only if the member is the same and
+		// still owns every partition of the commit.
+		g.mu.Lock()
+		same := g.memberID == r.member && g.generation > 0
+		for tp := range offsets {
+			same = same && g.owned.has(tp)
+		}
+		gen = g.generation
+		g.mu.Unlock()
+		if !same {
 			return err
 		}
 	}
@@ -374,11 +394,8 @@ func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
 	return out
 }
 
-func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) (stale bool, err error) {
+func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, gen int32, member string, subscribed bool) (stale bool, err error) {
 	c := g.c
-	g.mu.Lock()
-	gen, member, subscribed := g.generation, g.memberID, g.subscribed
-	g.mu.Unlock()
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group = g.cfg.id
 	req.Generation = -1
