@@ -325,6 +325,35 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 	}
 }
 
+// WaitForTopic waits until the topic is known with at least one partition,
+// whatever its partitions' leaders, triggering refreshes (ReasonWait,
+// spaced by the backoff) while it waits, and returns it with the Version
+// it was read at. The topic is watched during the call. It returns ctx's
+// error when ctx ends and ErrClosed when the refresher is closed.
+func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
+	unwatch := r.Watch(topic)
+	defer unwatch()
+	for {
+		r.mu.Lock()
+		changed, closed := r.changed, r.closed
+		r.mu.Unlock()
+		if closed {
+			return Topic{}, Version{}, errors.ErrClosed
+		}
+		if t, v, err := r.TopicAt(topic); err == nil && len(t.Partitions) > 0 {
+			return t, v, nil
+		}
+		r.Trigger(ReasonWait)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return Topic{}, Version{}, ctx.Err()
+		case <-r.done:
+			return Topic{}, Version{}, errors.ErrClosed
+		}
+	}
+}
+
 func (r *Refresher) poke() {
 	select {
 	case r.wake <- struct{}{}:

@@ -3,6 +3,7 @@ package metadata
 import (
 	"context"
 	stderrors "errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"sync"
@@ -645,4 +646,66 @@ func TestRefresherCloseGoroutineDelta(t *testing.T) {
 	r.Close()
 	wg.Wait()
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// TestRefresherWaitForTopic: WaitForTopic needs the topic's partitions, not
+// their leaders (a leaderless partition 0 does not hold it up); it keeps
+// asking for an unknown topic until it appears, and returns on ctx and on
+// Close.
+func TestRefresherWaitForTopic(t *testing.T) {
+	r, fc, clock := newTestRefresher(t)
+	fc.set("t", id(1), fakePartition{leader: -1, epoch: 3}, fakePartition{leader: 2, epoch: 3})
+	tp, _, err := r.WaitForTopic(ctxBg, "t")
+	if err != nil || len(tp.Partitions) != 2 {
+		t.Fatalf("WaitForTopic(t) with partition 0 leaderless = %+v, %v", tp, err)
+	}
+
+	res := make(chan error, 1)
+	go func() {
+		tp, _, err := r.WaitForTopic(ctxBg, "u")
+		if err == nil && len(tp.Partitions) != 1 {
+			err = fmt.Errorf("%d partitions", len(tp.Partitions))
+		}
+		res <- err
+	}()
+	asking := func() bool { // the waiter has asked for a refresh the frozen clock holds back
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.pending&ReasonWait != 0
+	}
+	n := fc.callCount()
+	for i := 0; i < 2; i++ {
+		waitFor(t, asking)
+		clock.Advance(time.Second)
+		fc.waitCalls(t, n+i+1)
+	}
+	select {
+	case err := <-res:
+		t.Fatalf("WaitForTopic(u) returned before u existed: %v", err)
+	default:
+	}
+	fc.set("u", id(2), fakePartition{leader: 1, epoch: 0})
+	waitFor(t, asking)
+	clock.Advance(time.Second)
+	if err := <-res; err != nil {
+		t.Fatalf("WaitForTopic(u) = %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctxBg)
+	go func() {
+		_, _, err := r.WaitForTopic(ctx, "v")
+		res <- err
+	}()
+	cancel()
+	if err := <-res; err != context.Canceled {
+		t.Fatalf("WaitForTopic(v) after its ctx ended = %v", err)
+	}
+	go func() {
+		_, _, err := r.WaitForTopic(ctxBg, "v")
+		res <- err
+	}()
+	r.Close()
+	if err := <-res; !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("WaitForTopic(v) after Close = %v", err)
+	}
 }

@@ -470,10 +470,18 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 	}
 	t, v, err := p.meta.TopicAt(name)
 	if err != nil || len(t.Partitions) == 0 {
-		if _, err := p.meta.WaitFor(ctx, name, 0, 0); err != nil {
-			return 0, [16]byte{}, err
-		}
-		if t, v, err = p.meta.TopicAt(name); err != nil {
+		// Only the partition count is needed, not any partition's
+		// leader; and Close ends the wait (a shared refresher is not
+		// closed with the producer).
+		wctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(p.ctx, cancel)
+		t, v, err = p.meta.WaitForTopic(wctx, name)
+		stop()
+		cancel()
+		if err != nil {
+			if p.ctx.Err() != nil && ctx.Err() == nil {
+				err = errors.ErrClosed
+			}
 			return 0, [16]byte{}, err
 		}
 	}

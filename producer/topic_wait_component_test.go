@@ -1,0 +1,93 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/metadata"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// leaderlessP0 answers Metadata through a real client, with partition 0 of
+// every topic made leaderless (a broker down, as a cluster reports it).
+type leaderlessP0 struct{ cl *kgo.Client }
+
+func (l leaderlessP0) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	resp, err := l.cl.Request(ctx, req)
+	if m, ok := resp.(*kmsg.MetadataResponse); ok && err == nil {
+		for i := range m.Topics {
+			for j := range m.Topics[i].Partitions {
+				p := &m.Topics[i].Partitions[j]
+				if p.Partition == 0 {
+					p.Leader = -1
+					p.LeaderEpoch++
+					p.ErrorCode = 5 // LEADER_NOT_AVAILABLE
+				}
+			}
+		}
+	}
+	return resp, err
+}
+
+// A record for partition 1 of a known 3-partition topic must be accepted
+// while partition 0 has no leader.
+func TestProduceNotBlockedByLeaderlessPartition0(t *testing.T) {
+	c := newCluster(t, 3)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(leaderlessP0{cl}, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p := newProducer(t, c, producer.WithMetadata(r), producer.DisableIdempotence())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rec := &producer.Record{Topic: topic, Partition: 1, ExplicitPartition: true, Value: []byte("v")}
+	if err := p.Produce(ctx, rec, nil); err != nil {
+		tp, _ := r.Topic(topic)
+		t.Fatalf("Produce to partition 1: %v (cached partitions: %d, p0 leader %d, p1 leader %d)",
+			err, len(tp.Partitions), tp.Partitions[0].Leader, tp.Partitions[1].Leader)
+	}
+}
+
+// Close must end a Produce that waits for a topic's metadata, also when the
+// refresher is shared (not closed with the producer).
+func TestCloseEndsProduceWaitingForTopic(t *testing.T) {
+	c := newCluster(t, 3)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p, err := producer.New(producer.SeedBrokers(c.ListenAddrs()...), producer.WithMetadata(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Produce(context.Background(), &producer.Record{Topic: "no-such-topic", Value: []byte("v")}, nil)
+	}()
+	time.Sleep(200 * time.Millisecond) // Produce is waiting for the topic
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errors.ErrClosed) {
+			t.Fatalf("Produce ended by Close: %v; want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Produce still blocked 2s after Close returned")
+	}
+}
