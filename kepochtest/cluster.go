@@ -109,6 +109,9 @@ type Cluster struct {
 	kc     *kfake.Cluster
 	life   chan struct{} // closed when kc is about to close
 	closed bool
+	// gates are the epoch gates installed on kc, by topic (their
+	// latches): a recreation of the topic retires them.
+	gates map[string][]*latch
 }
 
 // New starts a cluster (3 brokers unless Brokers says otherwise) and
@@ -250,7 +253,11 @@ func (c *Cluster) start(held map[string]net.Listener, open <-chan struct{}) (*kf
 func (c *Cluster) restart(change func(dir string) error, setup func(kc *kfake.Cluster, life <-chan struct{}) error) error {
 	close(c.life)
 	c.kc.Close()
-	changeErr := change(c.dir)
+	c.gates = nil // they were the closed cluster's
+	changeErr := keepEmptySegments(c.dir)
+	if changeErr == nil {
+		changeErr = change(c.dir)
+	}
 	open := make(chan struct{})
 	kc, err := c.start(nil, open)
 	if err != nil {

@@ -12,6 +12,7 @@ package kepochtest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -232,10 +233,33 @@ func cutLog(dir, topic string, partition int32, keep int64) (int64, []Batch, err
 	if aborted, ok := snap["aborted_txns"].([]any); ok {
 		var kept []any
 		for _, a := range aborted {
-			if m, ok := a.(map[string]any); ok && jsonInt(m["last_offset"]) < cut.Base {
+			m, ok := a.(map[string]any)
+			if !ok {
+				continue
+			}
+			if jsonInt(m["last_offset"]) < cut.Base {
 				kept = append(kept, a)
+				continue
+			}
+			// The cut took the abort marker but not all of the data:
+			// what is left stays aborted, ending at its last batch
+			// kept (as kfake ends a transaction whose marker never
+			// reached the log when it replays one).
+			pid, first, last := jsonInt(m["producer_id"]), jsonInt(m["first_offset"]), int64(-1)
+			for _, b := range batches[:cutAt] {
+				if b.ProducerID == pid && !b.Control && b.Base >= first {
+					last = b.Last
+				}
+			}
+			if last >= 0 {
+				m["last_offset"] = last
+				kept = append(kept, m)
 			}
 		}
+		// kfake searches them by last offset.
+		slices.SortStableFunc(kept, func(a, b any) int {
+			return cmp.Compare(jsonInt(a.(map[string]any)["last_offset"]), jsonInt(b.(map[string]any)["last_offset"]))
+		})
 		snap["aborted_txns"] = kept
 	}
 	if err := writeJSON(snapPath, snap); err != nil {
@@ -320,4 +344,68 @@ func rebuildProducerState(dir, topic string, partition int32, kept []Batch) erro
 	}
 	m["windows"] = windows
 	return writeJSON(path, m)
+}
+
+// keepEmptySegments puts back in each partition's snapshot the empty
+// segment files kfake left out of it: kfake drops an empty segment from
+// memory when it loads (an UncleanElection that cut the whole log leaves
+// the first one empty) but not its file, so its next save lists fewer
+// segments than there are files, and its next load ignores the snapshot
+// and replays the log, losing the leader epoch, the leader and the log
+// start of an empty log.
+func keepEmptySegments(dir string) error {
+	ents, err := os.ReadDir(filepath.Join(dir, "partitions"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		pdir := filepath.Join(dir, "partitions", e.Name())
+		snapPath := filepath.Join(pdir, "snapshot.json")
+		snap, err := readJSON(snapPath)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		bases, err := segments(pdir)
+		if err != nil {
+			return err
+		}
+		old, _ := snap["segments"].([]any)
+		if len(old) == len(bases) {
+			continue
+		}
+		byBase := map[int64]any{}
+		for _, s := range old {
+			if m, ok := s.(map[string]any); ok {
+				byBase[jsonInt(m["base_offset"])] = s
+			}
+		}
+		var segs []any
+		ok := true
+		for _, base := range bases {
+			if s, found := byBase[base]; found {
+				segs = append(segs, s)
+				continue
+			}
+			st, err := os.Stat(filepath.Join(pdir, strconv.FormatInt(base, 10)+".dat"))
+			if err != nil || st.Size() != 0 {
+				ok = false // not what this repairs: leave it to kfake
+				break
+			}
+			segs = append(segs, map[string]any{"base_offset": base, "size": 0})
+		}
+		if !ok || len(segs) != len(bases) {
+			continue
+		}
+		snap["segments"] = segs
+		if err := writeJSON(snapPath, snap); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -62,6 +62,12 @@ type Truncation struct {
 // partitions keep their logs, leaders and epochs. Clients see dropped
 // connections, then the new leader.
 //
+// A cut between a transaction's records and its marker leaves a hanging
+// transaction in real Kafka (the last stable offset held at its first
+// record until an operator aborts it). kfake cannot hold one: the kept
+// records of an aborted transaction stay aborted, and those of a committed
+// one are read as committed.
+//
 // Until the new epoch holds a record, the harness holds OffsetForLeaderEpoch
 // requests about older epochs of this partition (kfake cannot answer them
 // before, see the package doc): write to the partition after the election
@@ -169,6 +175,10 @@ func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic
 	// Closed once a batch of newEpoch exists. Each held request polls in
 	// a goroutine of its own, and the first to see the batch closes it.
 	written := newLatch()
+	if c.gates == nil {
+		c.gates = map[string][]*latch{}
+	}
+	c.gates[topic] = append(c.gates[topic], written)
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		select {
 		case <-written.c:
@@ -311,6 +321,12 @@ func (c *Cluster) recreateTopic(ctx context.Context, topic string, partitions in
 	if err := c.kc.DeleteTopic(topic); err != nil {
 		return Recreation{}, err
 	}
+	// The gates of the deleted topic's elections are about its epochs,
+	// not the new topic's: release what they hold and retire them.
+	for _, l := range c.gates[topic] {
+		l.close()
+	}
+	delete(c.gates, topic)
 	if err := c.kc.CreateTopic(topic, partitions, nil); err != nil {
 		return Recreation{}, err
 	}
