@@ -366,11 +366,22 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 		for _, l := range res.Lost {
 			p.queueFnLocked(func() { fn(l) })
 		}
+		for _, l := range res.Unconfirmed {
+			p.queueFnLocked(func() { fn(l) })
+		}
 	}
 	if res.Next != nil {
 		p.queueLedgerLocked(ledgerTask{query: res.Next})
 	}
 	if res.Probe != nil {
+		if t.probe != nil && res.Probe.Offset == t.probe.Offset {
+			// The fetch got nowhere (offsets above the high
+			// watermark, say): ask again after a backoff, a bounded
+			// number of times, not at once and forever.
+			p.mu.Unlock()
+			p.retryLedger(ledgerTask{probe: res.Probe, tries: t.tries})
+			return
+		}
 		p.queueLedgerLocked(ledgerTask{probe: res.Probe})
 	}
 	p.mu.Unlock()
@@ -459,7 +470,14 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 	switch fp.ErrorCode {
 	case 0:
 	case kerr.OffsetOutOfRange.Code:
+		// Kafka answers it with log_start_offset -1: ask for the log
+		// start, so that records retention removed are told apart.
 		out.LogStartOffset = fp.LogStartOffset
+		if out.LogStartOffset < 0 {
+			if out.LogStartOffset, err = p.logStart(leader, tp, pr.CurrentLeaderEpoch); err != nil {
+				return out, err
+			}
+		}
 		return out, nil
 	default:
 		return out, kerr.ErrorForCode(fp.ErrorCode)
@@ -473,4 +491,33 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
 	}
 	return out, it.Err()
+}
+
+// logStart asks the leader for the partition's log start offset
+// (ListOffsets, EARLIEST).
+func (p *Producer) logStart(leader int32, tp TopicPartition, current int32) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = tp.Topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = tp.Partition
+	rp.CurrentLeaderEpoch = current
+	rp.Timestamp = -2 // earliest
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, p.cl.Broker(int(leader)))
+	if err != nil {
+		return -1, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return -1, kerr.UnknownServerError
+	}
+	r := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+		return -1, err
+	}
+	return r.Offset, nil
 }

@@ -214,8 +214,9 @@ func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome
 
 // OnAckedWritesLost is called when records the brokers acknowledged are
 // found to be gone from the log after a leader change (an unclean leader
-// election truncated them). It runs on the producer's callback goroutine
-// (see Produce).
+// election truncated them), and (with AckedWritesLost.Unconfirmed set) when
+// they may be gone but the leader's log cannot tell. It runs on the
+// producer's callback goroutine (see Produce).
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }

@@ -95,6 +95,12 @@ type AckedWritesLost struct {
 	Producer           ProducerID
 	FirstSequence      int32
 	CurrentLeaderEpoch int32
+	// Unconfirmed: the range may be gone, but the leader's log cannot say
+	// (the epoch argument puts it past its epoch's end and no batch
+	// header confirms it either way: records without a producer
+	// identity, or offsets in a gap compaction may have left). It is no
+	// longer tracked; the application decides what to check.
+	Unconfirmed bool
 }
 
 // CheckResult is the outcome of one answer applied to the ledger.
@@ -104,8 +110,9 @@ type CheckResult struct {
 	// Unconfirmed are ranges the epoch argument puts past the end of their
 	// epoch, on an inexact epoch, that a probe could not confirm either way
 	// because they carry no producer identity (records of a
-	// non-idempotent producer). They may be lost; they are no longer
-	// tracked.
+	// non-idempotent producer), or because their offsets lie in a gap
+	// (compaction) that nothing of theirs follows. They may be lost; they
+	// are no longer tracked. Each has Unconfirmed set.
 	Unconfirmed []AckedWritesLost
 	// Unknown: the answer could not settle anything ((-1, -1), or an
 	// epoch above the one asked). The ranges stay unchecked; the next
@@ -455,18 +462,34 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 			if r.LogEndOffset >= 0 && e.From >= r.LogEndOffset {
 				res.Lost = append(res.Lost, lost(pr.TP, e, cur))
 			} else {
-				res.Unconfirmed = append(res.Unconfirmed, lost(pr.TP, e, cur))
+				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
 			}
 			continue
 		}
 		// Walk the fetched batches over the range: confirmed runs become
 		// exact ranges (split where the append epoch changes).
 		o := e.From
-		matched := true
+		matched, gap := true, false
 		var confirmed []*ledgerEntry
 		for o < e.To {
 			b := findBatch(r.Batches, o)
 			if b == nil {
+				// No batch holds o, yet the fetch (which began at
+				// pr.Offset) went past it: a gap left by compaction.
+				// Our next batch at its offset with the continuing
+				// sequence proves the gap's records were there (the
+				// leader accepts a producer's sequences only
+				// contiguously); anything else cannot tell compaction
+				// from truncation.
+				nb := batchAfter(r.Batches, o)
+				if nb == nil || o < pr.Offset {
+					break // not reached
+				}
+				if nb.BaseOffset < e.To && ownedBy(nb, e, nb.BaseOffset) {
+					o = nb.BaseOffset
+					continue
+				}
+				gap = true
 				break
 			}
 			if !ownedBy(b, e, o) {
@@ -474,7 +497,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 				break
 			}
 			stop := min(b.LastOffset+1, e.To)
-			if n := len(confirmed); n > 0 && confirmed[n-1].LeaderEpoch == b.LeaderEpoch {
+			if n := len(confirmed); n > 0 && confirmed[n-1].LeaderEpoch == b.LeaderEpoch && confirmed[n-1].To == o {
 				confirmed[n-1].To = stop
 			} else {
 				c := *e
@@ -492,6 +515,10 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		}
 		e.FirstSequence = seqPlus(e.FirstSequence, o-e.From)
 		e.From = o
+		if gap {
+			res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
+			continue
+		}
 		if !matched || (r.LogEndOffset >= 0 && o >= r.LogEndOffset) {
 			res.Lost = append(res.Lost, lost(pr.TP, e, cur))
 			continue
@@ -507,6 +534,22 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 func findBatch(bs []ProbedBatch, offset int64) *ProbedBatch {
 	i := sort.Search(len(bs), func(i int) bool { return bs[i].LastOffset >= offset })
 	if i < len(bs) && bs[i].BaseOffset <= offset {
+		return &bs[i]
+	}
+	return nil
+}
+
+// unconfirmed is lost's report for a range that may be gone.
+func unconfirmed(tp TopicPartition, e *ledgerEntry, cur int32) AckedWritesLost {
+	l := lost(tp, e, cur)
+	l.Unconfirmed = true
+	return l
+}
+
+// batchAfter returns the first batch starting above offset, or nil.
+func batchAfter(bs []ProbedBatch, offset int64) *ProbedBatch {
+	i := sort.Search(len(bs), func(i int) bool { return bs[i].BaseOffset > offset })
+	if i < len(bs) {
 		return &bs[i]
 	}
 	return nil

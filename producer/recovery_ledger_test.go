@@ -298,3 +298,60 @@ func TestLedgerUnconfirmed(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerProbeCompactionGapTerminates: on a compacted topic a whole batch
+// of an acknowledged range can be removed (only its producer's last batch is
+// kept as an empty batch), leaving a gap. A probe that starts in such a gap
+// gets the batches after it; it must make progress (or settle the range), not
+// ask the same probe again forever.
+func TestLedgerProbeCompactionGapTerminates(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 120, 130, 3, false) // inexact: appended under 4 in fact
+	q, _ := l.ObserveLeaderEpoch(tp0, 5)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+	if r.Probe == nil || r.Probe.Offset != 120 {
+		t.Fatalf("no probe: %+v", r)
+	}
+	// [120, 125) compacted away entirely; our batch [125, 129] is still there.
+	fetched := ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{
+		{BaseOffset: 125, LastOffset: 129, LeaderEpoch: 4, ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: 125},
+		{BaseOffset: 130, LastOffset: 150, LeaderEpoch: 5, ProducerID: 99, BaseSequence: 0},
+	}}
+	pr := *r.Probe
+	for i := 0; i < 10; i++ {
+		r = l.ApplyProbe(pr, fetched) // the leader answers a fetch at 120 the same way each time
+		if len(r.Lost) != 0 {
+			t.Fatalf("compacted (surviving) records reported lost: %+v", r.Lost)
+		}
+		if r.Probe == nil {
+			return
+		}
+		if r.Probe.Offset == pr.Offset {
+			t.Fatalf("probe %d asks again at the same offset %d: it never ends", i, pr.Offset)
+		}
+		pr = *r.Probe
+	}
+	t.Fatal("probe did not finish")
+}
+
+// TestLedgerProbeGapNotOurs: a gap that no batch of ours follows cannot be
+// told from a truncation (nor proven compaction): the range is given up as
+// Unconfirmed, never reported lost, never probed again.
+func TestLedgerProbeGapNotOurs(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 120, 130, 3, false)
+	q, _ := l.ObserveLeaderEpoch(tp0, 5)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+	if r.Probe == nil || r.Probe.Offset != 120 {
+		t.Fatalf("no probe: %+v", r)
+	}
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{
+		{BaseOffset: 125, LastOffset: 150, LeaderEpoch: 5, ProducerID: 99, BaseSequence: 0},
+	}})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 1 || r.Probe != nil || len(l.Ranges(tp0)) != 0 {
+		t.Fatalf("gap followed by another producer's batch: %+v, ranges %+v", r, l.Ranges(tp0))
+	}
+	if u := r.Unconfirmed[0]; u.From != 120 || u.To != 130 || !u.Unconfirmed {
+		t.Fatalf("unconfirmed %+v; want [120, 130), marked Unconfirmed", u)
+	}
+}
