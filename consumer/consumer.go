@@ -36,6 +36,9 @@ type Consumer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	closeOnce sync.Once
+	closeDone chan struct{} // closed when the first Close returns
+
 	mu       sync.Mutex
 	closed   bool
 	ids      seek.RequestIDs
@@ -91,6 +94,7 @@ func New(opts ...Opt) (*Consumer, error) {
 	c.watching = map[string]func(){}
 	c.fetchers = map[int32]*fetcher{}
 	c.wake = make(chan struct{})
+	c.closeDone = make(chan struct{})
 	c.offsets = newOffsetRequests(c)
 	c.sub = c.meta.Subscribe()
 	c.goFn(c.metadataLoop)
@@ -115,6 +119,19 @@ func (c *Consumer) goFn(fn func()) {
 // (or ctx to expire), and closes the transport and refresher it created.
 // Records buffered and not yet polled are dropped. Close is idempotent.
 func (c *Consumer) Close(ctx context.Context) error {
+	first := false
+	c.closeOnce.Do(func() { first = true })
+	if !first {
+		// Another Close runs (or ran): it commits, leaves and stops
+		// everything; this one must not cut that short.
+		select {
+		case <-c.closeDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer close(c.closeDone)
 	if c.grp != nil {
 		c.grp.close(ctx) // commits, revokes and leaves while the consumer still runs
 	}
@@ -205,6 +222,7 @@ func (c *Consumer) Assign(as ...Assignment) error {
 			}
 		}
 		c.dropBufferLocked(p)
+		p.supersedeNearest() // restarted at start: a waiting SeekToNearest is over
 		c.stepLocked(p, seek.Assigned{Start: start})
 	}
 	c.meta.Trigger(metadata.ReasonWatch)
@@ -217,7 +235,13 @@ func validStart(s Start) error {
 		if s.Offset < 0 {
 			return fmt.Errorf("negative start offset %d", s.Offset)
 		}
-	case seek.StartEarliest, seek.StartLatest, seek.StartTimestamp:
+	case seek.StartTimestamp:
+		if s.Timestamp < 0 {
+			// ListOffsets reads negative timestamps as -1 latest, -2
+			// earliest, -3 max timestamp…: not "the first offset ≥ ms".
+			return fmt.Errorf("negative start timestamp %d", s.Timestamp)
+		}
+	case seek.StartEarliest, seek.StartLatest:
 	default:
 		return fmt.Errorf("no start position (use At, AtEpoch, AtHistory, NearestTo, Earliest, Latest or AtTimestamp)")
 	}
@@ -300,6 +324,9 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 // later seek of the partition ends a waiting SeekToNearest with
 // ErrSeekSuperseded; its revocation, with a *PartitionError.
 func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
+	if err := validStart(NearestTo(om.Offset, om.LeaderEpoch)); err != nil {
+		return Position{}, err
+	}
 	c.mu.Lock()
 	p, err := c.part(topic, partition)
 	if err != nil {
@@ -345,6 +372,11 @@ func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
 		if p := c.parts[tp]; p != nil && p.paused != paused {
 			p.paused = paused
 			c.stepLocked(p, seek.Paused{Paused: paused})
+			if paused && p.buf != nil && c.bufferFull {
+				// Its answer may be what keeps the others from being
+				// fetched: the fetch loops drop it if so (build).
+				c.wakeFetchersLocked()
+			}
 			if !paused && p.fetch != nil && !p.sent {
 				// A fetch the machine asked for before the pause was
 				// withheld, and the machine does not ask again: its

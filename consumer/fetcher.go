@@ -124,9 +124,14 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	// left of it, and waits (for Poll, or an answer) when that is too
 	// little. A broker may still answer one batch larger than MaxBytes.
 	share := c.cfg.maxBuffered / len(c.fetchers)
-	maxBytes := min(int(c.cfg.maxBytes), share)
-	if room := c.cfg.maxBuffered - c.buffered - c.reserved; room < maxBytes {
-		maxBytes = room
+	room := func() int {
+		return min(int(c.cfg.maxBytes), share, c.cfg.maxBuffered-c.buffered-c.reserved)
+	}
+	maxBytes := room()
+	if maxBytes < min(share, int(c.cfg.partMaxBytes)) && c.dropPausedLocked() {
+		// Answers held for paused partitions must not keep the others
+		// from being fetched: they are fetched again on Resume.
+		maxBytes = room()
 	}
 	if maxBytes < min(share, int(c.cfg.partMaxBytes)) {
 		c.bufferFull = true
@@ -206,6 +211,24 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.Partition)
 	}
 	return req, parts, pl, want
+}
+
+// dropPausedLocked drops the answers buffered for paused partitions (none
+// of their records delivered yet, or the rest of a part-delivered one): the
+// fetch is over for their machines, which fetch again from the position
+// when resumed. It reports whether it freed any buffer space.
+func (c *Consumer) dropPausedLocked() bool {
+	freed := false
+	for _, p := range c.parts {
+		if !p.paused || p.buf == nil {
+			continue
+		}
+		req := p.buf.req
+		c.dropBufferLocked(p)
+		c.stepLocked(p, seek.FetchCompleted{Req: req})
+		freed = true
+	}
+	return freed
 }
 
 // send issues the request and steps its answer into the partitions.

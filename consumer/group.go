@@ -393,6 +393,7 @@ func (c *Consumer) addPartsLocked(starts map[TopicPartition]Start) error {
 			}
 		}
 		c.dropBufferLocked(p)
+		p.supersedeNearest()
 		c.stepLocked(p, seek.Assigned{Start: start})
 	}
 	c.meta.Trigger(metadata.ReasonWatch)

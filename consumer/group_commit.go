@@ -52,9 +52,10 @@ type commitReq struct {
 
 // commitQueue is the FIFO of commits the commit loop serves.
 type commitQueue struct {
-	mu   sync.Mutex
-	q    []*commitReq
-	wake chan struct{} // capacity 1
+	mu     sync.Mutex
+	q      []*commitReq
+	wake   chan struct{} // capacity 1
+	closed bool          // the commit loop ended: nothing queued is served
 }
 
 func (g *group) enqueue(r *commitReq) {
@@ -62,6 +63,11 @@ func (g *group) enqueue(r *commitReq) {
 	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
 	g.mu.Unlock()
 	g.commits.mu.Lock()
+	if g.commits.closed {
+		g.commits.mu.Unlock()
+		r.done(nil, errors.ErrClosed)
+		return
+	}
 	g.commits.q = append(g.commits.q, r)
 	g.commits.mu.Unlock()
 	select {
@@ -88,7 +94,7 @@ func (g *group) commitLoop() {
 			case <-c.ctx.Done():
 				g.commits.mu.Lock()
 				q := g.commits.q
-				g.commits.q = nil
+				g.commits.q, g.commits.closed = nil, true
 				g.commits.mu.Unlock()
 				for _, r := range q {
 					r.done(nil, errors.ErrClosed)
