@@ -250,7 +250,8 @@ type Truncation struct {
 	// Replaced is the delivered offsets that are no longer in the log:
 	// [Divergent, Consumed) for Diverged (from the first offset consumed
 	// if that is later: a reset or seek started above the divergence),
-	// [0, Consumed) for Recreated, and
+	// [0, Consumed) for Recreated (from the first offset consumed, when
+	// the lineage saw everything consumed since a reset or seek), and
 	// [?, Consumed) (From = NoOffset, an unknown suffix) for Unlocated and
 	// PastLogEnd; empty for BelowLogStart.
 	Replaced Range

@@ -109,7 +109,11 @@ func (p *Partition) recreated(e LeaderChanged) {
 			p.send()
 			return
 		}
-		p.broken(Recreated, Range{From: 0, To: p.pos.Offset}, Range{})
+		replaced := Range{From: 0, To: p.pos.Offset}
+		if from, ok := p.lineage.consumedFrom(); ok {
+			replaced.From = from // nothing below was consumed in this lineage
+		}
+		p.broken(Recreated, replaced, Range{})
 	case p.state == StateAwaitingReset:
 		p.send()
 	}
