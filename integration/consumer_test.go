@@ -101,15 +101,16 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 	}
 
 	rewind := newConsumer(t, consumer.TruncationPolicy(consumer.PolicyEarliest))
+	latest := newConsumer(t, consumer.TruncationPolicy(consumer.PolicyLatest))
 	halt := newConsumer(t, consumer.TruncationPolicy(consumer.PolicyNone))
-	var rw, hl polled
+	var rw, lt, hl polled
 	var oldBatches []kmsg.RecordBatch
 	const before, lost, after = 10, 10, 5
 	u, err := EngineerUncleanElection(ctx, c, UncleanPlan{
 		Prefix: "consumer-unclean", Before: before, Lost: lost, After: after, Log: logf,
 		BeforeKill: func(ctx context.Context, topic string) error {
-			// Both consumers read everything the old leader acknowledged.
-			for _, cons := range []*consumer.Consumer{rewind, halt} {
+			// The consumers read everything the old leader acknowledged.
+			for _, cons := range []*consumer.Consumer{rewind, latest, halt} {
 				if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
 					return err
 				}
@@ -117,7 +118,7 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 			for _, x := range []struct {
 				c *consumer.Consumer
 				p *polled
-			}{{rewind, &rw}, {halt, &hl}} {
+			}{{rewind, &rw}, {latest, &lt}, {halt, &hl}} {
 				if err := x.p.pollFor(ctx, x.c, func(p *polled) bool { return len(p.records) >= before+lost }); err != nil {
 					return err
 				}
@@ -125,7 +126,7 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 					return fmt.Errorf("consumer position %v before the kill; want %d", pos, before+lost)
 				}
 			}
-			logf("both consumers read offsets 0..%d (position %d)", before+lost-1, before+lost)
+			logf("the consumers read offsets 0..%d (position %d)", before+lost-1, before+lost)
 			// The batches the old leader holds past the records both
 			// replicas have: what a report must say was replaced.
 			st, err := c.Describe(ctx, topic, 0)
@@ -178,32 +179,40 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 		logf("%s: the %d replaced batches are the old leader's (first %+v)", name, len(oldBatches), ev.ReplacedBatches[0])
 	}
 
-	// PolicyEarliest: report, then the new lineage from the divergence point.
-	delivered := len(rw.records)
-	if err := rw.pollFor(ctx, rewind, func(p *polled) bool { return len(p.records) >= delivered+after }); err != nil {
-		t.Fatal(err)
-	}
-	if len(rw.events) != 1 || len(rw.errs) != 0 {
-		t.Fatalf("rewind consumer: events %v errors %v; want exactly one event", rw.events, rw.errs)
-	}
-	checkEvent("rewind", rw.events[0])
-	if rw.eventAt[0] != delivered {
-		t.Fatalf("rewind consumer delivered %d records of the new lineage before the report", delivered-rw.eventAt[0])
-	}
-	newLineage := rw.records[delivered:]
 	var want []string
 	for i := 0; i < after; i++ {
 		want = append(want, fmt.Sprintf("c%d", i))
 	}
-	if got := values(newLineage); !slices.Equal(got, want) {
-		t.Fatalf("new lineage delivered %v; want %v exactly once, in order", got, want)
-	}
-	for i, r := range newLineage {
-		if r.Offset != truth.EndOffset+int64(i) || r.LeaderEpoch != u.NewEpoch {
-			t.Fatalf("new-lineage record %d at %d@%d; want %d@%d", i, r.Offset, r.LeaderEpoch, truth.EndOffset+int64(i), u.NewEpoch)
+	// PolicyEarliest and PolicyLatest: report, then the new lineage from
+	// the divergence point (a located divergence is never skipped to the
+	// log end, whatever the policy).
+	for _, x := range []struct {
+		name string
+		c    *consumer.Consumer
+		p    *polled
+	}{{"PolicyEarliest", rewind, &rw}, {"PolicyLatest", latest, &lt}} {
+		delivered := len(x.p.records)
+		if err := x.p.pollFor(ctx, x.c, func(p *polled) bool { return len(p.records) >= delivered+after }); err != nil {
+			t.Fatal(err)
 		}
+		if len(x.p.events) != 1 || len(x.p.errs) != 0 {
+			t.Fatalf("%s consumer: events %v errors %v; want exactly one event", x.name, x.p.events, x.p.errs)
+		}
+		checkEvent(x.name, x.p.events[0])
+		if x.p.eventAt[0] != delivered {
+			t.Fatalf("%s consumer delivered %d records of the new lineage before the report", x.name, delivered-x.p.eventAt[0])
+		}
+		newLineage := x.p.records[delivered:]
+		if got := values(newLineage); !slices.Equal(got, want) {
+			t.Fatalf("%s: new lineage delivered %v; want %v exactly once, in order", x.name, got, want)
+		}
+		for i, r := range newLineage {
+			if r.Offset != truth.EndOffset+int64(i) || r.LeaderEpoch != u.NewEpoch {
+				t.Fatalf("%s: new-lineage record %d at %d@%d; want %d@%d", x.name, i, r.Offset, r.LeaderEpoch, truth.EndOffset+int64(i), u.NewEpoch)
+			}
+		}
+		logf("%s: %v; then %v at offsets %d..%d epoch %d", x.name, x.p.events[0], want, truth.EndOffset, truth.EndOffset+after-1, u.NewEpoch)
 	}
-	logf("PolicyEarliest: %v; then %v at offsets %d..%d epoch %d", rw.events[0], want, truth.EndOffset, truth.EndOffset+after-1, u.NewEpoch)
 
 	// PolicyNone: report, LogTruncationError, halt.
 	if err := hl.pollFor(ctx, halt, func(p *polled) bool { return len(p.events) > 0 }); err != nil {
@@ -220,17 +229,33 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 	if d, _ := lte.For(u.Topic, 0); d.Divergent.Offset != truth.EndOffset {
 		t.Fatalf("LogTruncationError divergence %+v", d)
 	}
+	// The new leader now writes past the halted position, so a partition
+	// that kept fetching from it (or moved anywhere) would deliver records:
+	// without them the quiet window below could not fail, since the log
+	// ended below the position.
+	more := []string{"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8", "d9"}
+	moreOffs, err := ProduceValues(ctx, AcksAll, u.Topic, 0, more...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moreOffs[len(moreOffs)-1] < before+lost {
+		t.Fatalf("records written at %v; want the log to reach past the halted position %d", moreOffs, before+lost)
+	}
 	quiet, qcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	_ = hl.pollFor(quiet, halt, func(*polled) bool { return false })
 	qcancel()
-	if len(hl.records) != before+lost || len(hl.events) != 1 {
-		t.Fatalf("halted partition delivered %d more records, events %v", len(hl.records)-before-lost, hl.events)
+	if len(hl.records) != before+lost || len(hl.events) != 1 || len(hl.errs) != 1 {
+		t.Fatalf("halted partition delivered %d more records, events %v, errors %v", len(hl.records)-before-lost, hl.events, hl.errs)
 	}
+	if pos, ok := halt.Position(u.Topic, 0); !ok || pos.Offset != before+lost {
+		t.Fatalf("halted partition position %v (%v); want it to stay at %d", pos, ok, before+lost)
+	}
+	want = append(want, more...)
 	// The application continues from the divergence point, in the new lineage.
 	if err := halt.SeekTo(u.Topic, 0, consumer.AtEpoch(truth.EndOffset, truth.LeaderEpoch)); err != nil {
 		t.Fatal(err)
 	}
-	if err := hl.pollFor(ctx, halt, func(p *polled) bool { return len(p.records) >= before+lost+after }); err != nil {
+	if err := hl.pollFor(ctx, halt, func(p *polled) bool { return len(p.records) >= before+lost+len(want) }); err != nil {
 		t.Fatal(err)
 	}
 	if got := values(hl.records[before+lost:]); !slices.Equal(got, want) || len(hl.events) != 1 {
@@ -251,7 +276,7 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 		t.Fatalf("SeekToNearest(%d@%d) = %v; the old epoch ends at %d, the first offset of the next epoch", before+lost, u.OldEpoch, pos, truth.EndOffset)
 	}
 	var fr polled
-	if err := fr.pollFor(ctx, fresh, func(p *polled) bool { return len(p.records) >= after }); err != nil {
+	if err := fr.pollFor(ctx, fresh, func(p *polled) bool { return len(p.records) >= len(want) }); err != nil {
 		t.Fatal(err)
 	}
 	if got := values(fr.records); !slices.Equal(got, want) {
@@ -302,7 +327,10 @@ func TestConsumerCleanLeaderChangesReportNothing(t *testing.T) {
 	}
 	write("a", 20)
 	read()
-	st, _ := c.Describe(ctx, topic, 0)
+	st, err := c.Describe(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Stop(ctx, st.Leader); err != nil { // controlled shutdown: a clean election
 		t.Fatal(err)
 	}
@@ -341,7 +369,10 @@ func TestConsumerCleanLeaderChangesReportNothing(t *testing.T) {
 		}
 		epochs[r.LeaderEpoch] = true
 	}
-	if len(epochs) < 2 {
-		t.Fatalf("records carry epochs %v; the leader changed twice", epochs)
+	// Three leaders wrote (a, b, c): each phase's records carry its own
+	// epoch. Fewer distinct epochs means a phase was not written by the
+	// leader the scenario says, or the epochs are not the batches'.
+	if len(epochs) < 3 || !(st.LeaderEpoch < st2.LeaderEpoch && st2.LeaderEpoch < st3.LeaderEpoch) {
+		t.Fatalf("records carry epochs %v, leaders at epochs %d, %d, %d; the leader changed twice", epochs, st.LeaderEpoch, st2.LeaderEpoch, st3.LeaderEpoch)
 	}
 }

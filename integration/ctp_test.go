@@ -24,6 +24,7 @@ func (c *Cluster) committedOffset(ctx context.Context, group, topic string) (int
 	rt.Topic = topic
 	rt.Partitions = []int32{0}
 	req.Topics = append(req.Topics, rt)
+retry:
 	for {
 		resp, err := req.RequestWith(ctx, c.Client)
 		if err != nil {
@@ -43,9 +44,12 @@ func (c *Cluster) committedOffset(ctx context.Context, group, topic string) (int
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if err := errCode(p.ErrorCode); err != nil {
-					if errors.Is(err, errors.FromCode(88)) {
+					if errors.Is(err, errors.FromCode(88)) && ctx.Err() == nil {
+						// UNSTABLE_OFFSET_COMMIT for the partition: ask
+						// again (a bare continue went on to the next
+						// partition and returned -1, "nothing committed").
 						time.Sleep(100 * time.Millisecond)
-						continue
+						continue retry
 					}
 					return -1, -1, err
 				}
@@ -80,11 +84,49 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 	for i := 0; i < n; i++ {
 		input = append(input, fmt.Sprintf("m%04d", i))
 	}
-	if _, err := ProduceValues(ctx, AcksAll, in, 0, input...); err != nil {
+	// The input is written under two leader epochs (a clean leader change
+	// halfway), so the epoch committed with the last offset is not 0, the
+	// value an unset epoch field would also hold.
+	if _, err := ProduceValues(ctx, AcksAll, in, 0, input[:n/2]...); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Stop(ctx, 1); err != nil { // the input's leader
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPartition(ctx, in, 0, func(s PartitionState) bool { return s.Leader > 0 && s.Leader != 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPartition(ctx, in, 0, func(s PartitionState) bool { return len(s.ISR) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPartition(ctx, out, 0, func(s PartitionState) bool { return len(s.ISR) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ProduceValues(ctx, AcksAll, in, 0, input[n/2:]...); err != nil {
+		t.Fatal(err)
+	}
+	inSt, err := c.Describe(ctx, in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inLog, err := c.FetchAll(ctx, inSt.Leader, in, inSt.TopicID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inLog) != n {
+		t.Fatalf("input log: %d records; want %d", len(inLog), n)
+	}
+	if inLog[n-1].LeaderEpoch <= inLog[0].LeaderEpoch {
+		t.Fatalf("input log epochs %d..%d; want the second half under a later epoch", inLog[0].LeaderEpoch, inLog[n-1].LeaderEpoch)
+	}
+	lastInputEpoch := inLog[n-1].LeaderEpoch
 
 	killedOut := int32(-1)
+	crashed := 0
+	var zombie []string // records of the transactions a crash left open
 	// run processes until done, or until crashAfter transactions (then it
 	// abandons an open transaction without committing, like a crash).
 	run := func(crashAfter int) (done bool) {
@@ -149,7 +191,16 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 			}
 			last := batch[len(batch)-1]
 			if txns == crashAfter {
-				p.Flush(ctx) // the records are in the log, the transaction never ends
+				if err := p.Flush(ctx); err != nil { // the records are in the log, the transaction never ends
+					// Not a crash with records in the log: the next run
+					// crashes instead.
+					t.Logf("crash after %d transactions: flush failed (%v); not counted", txns, err)
+					return false
+				}
+				for _, r := range batch {
+					zombie = append(zombie, "out-"+string(r.Value))
+				}
+				crashed++
 				t.Logf("crash after %d transactions, with an open transaction up to offset %d", txns, last.Offset)
 				return false
 			}
@@ -169,7 +220,10 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 				return false
 			}
 			if txns == 4 && killedOut < 0 {
-				st, _ := c.Describe(ctx, out, 0)
+				st, err := c.Describe(ctx, out, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
 				if st.Leader > 0 {
 					if err := c.Kill(ctx, st.Leader); err != nil {
 						t.Fatal(err)
@@ -182,9 +236,11 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 	}
 	crashes := []int{7, 5}
 	for attempt := 0; ; attempt++ {
+		// A run that ended in an abort instead of its crash does not
+		// use up a crash: the next run crashes instead.
 		crash := -1
-		if attempt < len(crashes) {
-			crash = crashes[attempt]
+		if crashed < len(crashes) {
+			crash = crashes[crashed]
 		}
 		if run(crash) {
 			break
@@ -196,6 +252,14 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 	if err := c.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The faults the test claims happened: the output leader was killed,
+	// the application crashed twice with a transaction open, and those
+	// transactions' records are in the output log (read_uncommitted), for
+	// read_committed to leave out.
+	if killedOut < 0 || crashed != len(crashes) {
+		t.Fatalf("output leader killed: %d; crashes: %d of %d", killedOut, crashed, len(crashes))
+	}
+	requireInLog(ctx, t, c, out, zombie)
 
 	cons := newConsumer(t, consumer.ReadCommitted())
 	if err := cons.Assign(consumer.Assignment{Topic: out, Partition: 0, Start: consumer.Earliest()}); err != nil {
@@ -216,7 +280,7 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 		t.Fatalf("committed output has %d records; want the %d transformed inputs in order (first difference at %d)", len(g), n, firstDiff(g, want))
 	}
 	off, epoch, err := c.committedOffset(ctx, group, in)
-	if err != nil || off != n || epoch < 0 {
-		t.Fatalf("committed input offset %d@%d (%v); want %d with an epoch", off, epoch, err, n)
+	if err != nil || off != n || epoch != lastInputEpoch {
+		t.Fatalf("committed input offset %d@%d (%v); want %d with the epoch of record %d, %d", off, epoch, err, n, n-1, lastInputEpoch)
 	}
 }

@@ -93,6 +93,14 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 	if committed.Offset != before+lost || committed.LeaderEpoch != u.OldEpoch {
 		t.Fatalf("committed %+v; want %d with the epoch of the records, %d", committed, before+lost, u.OldEpoch)
 	}
+	// What the coordinator stored, read with a raw OffsetFetch (not
+	// through kepoch's own decoding of its own commit).
+	for _, g := range []string{haltGroup, rewindGroup, group848} {
+		off, epoch, err := c.committedOffset(ctx, g, u.Topic)
+		if err != nil || off != before+lost || epoch != u.OldEpoch {
+			t.Fatalf("group %s: the coordinator holds %d@%d (%v); want %d@%d", g, off, epoch, err, before+lost, u.OldEpoch)
+		}
+	}
 	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
 	if err != nil {
 		t.Fatal(err)

@@ -60,11 +60,12 @@ func TestProducerReportsAckedWritesLost(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var lost []producer.AckedWritesLost
+	var outcomes []producer.Outcome
 	p := newProducer(t, producer.OnAckedWritesLost(func(l producer.AckedWritesLost) {
 		mu.Lock()
 		lost = append(lost, l)
 		mu.Unlock()
-	}))
+	}), producer.OnOutcome(func(o producer.Outcome) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }))
 	const before, lostN, after = 10, 10, 5
 	u, err := EngineerUncleanElection(ctx, c, UncleanPlan{
 		Prefix: "producer-lost", Before: before, Lost: lostN, After: after,
@@ -98,13 +99,22 @@ func TestProducerReportsAckedWritesLost(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	pid := p.ProducerID()
 	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("new leader: epoch %d ends at %d; producer reported lost: %+v", u.OldEpoch, truth.EndOffset, lost)
+	reported := slices.Clone(lost)
+	mu.Unlock()
+	t.Logf("new leader: epoch %d ends at %d; producer reported lost: %+v", u.OldEpoch, truth.EndOffset, reported)
 	var offsets []int64
-	for _, l := range lost {
+	for _, l := range reported {
 		if l.TP.Topic != u.Topic || l.TP.Partition != 0 || l.LeaderEpoch != u.OldEpoch {
 			t.Fatalf("lost report %+v", l)
+		}
+		// The records carry the producer's identity and the new leader's
+		// log holds other batches there: the loss is provable, so an
+		// Unconfirmed ("maybe gone") report would not be the exact
+		// report this test claims.
+		if l.Unconfirmed || l.Producer.ID != pid.ID {
+			t.Fatalf("lost report %+v: want a confirmed loss of producer %v's writes", l, pid)
 		}
 		for o := l.From; o < l.To; o++ {
 			offsets = append(offsets, o)
@@ -117,6 +127,46 @@ func TestProducerReportsAckedWritesLost(t *testing.T) {
 	}
 	if !slices.Equal(offsets, want) {
 		t.Fatalf("reported lost offsets %v; the new leader lost exactly %v", offsets, want)
+	}
+	if len(want) == 0 {
+		t.Fatalf("the new leader lost nothing (epoch %d ends at %d): the scenario did not truncate", u.OldEpoch, truth.EndOffset)
+	}
+	lostReports := len(reported)
+
+	// KIP-360 on the real broker: the new leader's producer state ends with
+	// the Before records, so the producer's next sequence is a gap it
+	// refuses with OUT_OF_ORDER_SEQUENCE_NUMBER (real brokers never answer
+	// UNKNOWN_PRODUCER_ID). One epoch bump; the refused batch is resent
+	// under the new epoch from sequence 0 and appended after the new
+	// leader's records.
+	bumps := p.Bumps()
+	res, err := p.ProduceSync(ctx, &producer.Record{Topic: u.Topic, Partition: 0, ExplicitPartition: true, Value: []byte("after-gap")})
+	if err != nil {
+		t.Fatalf("producing after the truncation: %v", err)
+	}
+	if res[0].Offset != int64(before+after) {
+		t.Fatalf("record after the truncation at offset %d; want %d", res[0].Offset, before+after)
+	}
+	if p.Bumps() != bumps+1 {
+		t.Fatalf("%d epoch bumps for the gap; want exactly one", p.Bumps()-bumps)
+	}
+	if _, ok := res[0].Recovery.(producer.ResequencedNoLoss); !ok {
+		t.Fatalf("recovery outcome %#v; want ResequencedNoLoss (the refusal was definite)", res[0].Recovery)
+	}
+	mu.Lock()
+	seen, lostAfter := slices.Clone(outcomes), slices.Clone(lost[lostReports:])
+	mu.Unlock()
+	var gap *producer.ProvenGap
+	for _, o := range seen {
+		if g, ok := o.(producer.ProvenGap); ok {
+			gap = &g
+		}
+	}
+	if gap == nil || gap.Producer.ID != pid.ID || gap.LastAckedOffset != int64(before+lostN-1) {
+		t.Fatalf("outcomes %v; want a ProvenGap of producer %v after its acknowledged offset %d", seen, pid, before+lostN-1)
+	}
+	if len(lostAfter) != 0 {
+		t.Fatalf("acked-write reports after the recovery: %+v", lostAfter)
 	}
 }
 
@@ -140,13 +190,24 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 		producer.OnAckedWritesLost(func(l producer.AckedWritesLost) { mu.Lock(); lost = append(lost, l); mu.Unlock() }),
 		producer.OnOutcome(func(o producer.Outcome) { mu.Lock(); outcomes = append(outcomes, o); mu.Unlock() }))
 
-	const n = 3000
-	results := make([]producer.Result, n)
+	// The writer runs until both kills are over and the second victim is
+	// back (not for a fixed count: 3000 records at 3 ms ended before the
+	// second kill, which then exercised nothing).
+	const maxN = 30000
+	results := make([]producer.Result, maxN)
 	var wg sync.WaitGroup
 	done := make(chan struct{})
+	stopWriting := make(chan struct{})
+	n := 0 // set by the writer before done is closed
 	go func() {
 		defer close(done)
-		for i := 0; i < n; i++ {
+		for i := 0; i < maxN; i++ {
+			select {
+			case <-stopWriting:
+				n = i
+				return
+			default:
+			}
 			wg.Add(1)
 			r := &producer.Record{Topic: topic, Partition: 0, ExplicitPartition: true, Value: []byte(fmt.Sprintf("v%05d", i))}
 			if err := p.Produce(ctx, r, func(res producer.Result) { results[i] = res; wg.Done() }); err != nil {
@@ -154,15 +215,24 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 				results[i].Err = err
 			}
 			time.Sleep(3 * time.Millisecond) // spread the writes over the kills
-
 		}
+		n = maxN
 	}()
+	writing := func(when string) {
+		t.Helper()
+		select {
+		case <-done:
+			t.Fatalf("the writer ended before %s: the kills would not be under load", when)
+		default:
+		}
+	}
 	for k := 0; k < 2; k++ {
 		time.Sleep(1500 * time.Millisecond)
 		st, err := c.WaitPartition(ctx, topic, 0, func(s PartitionState) bool { return s.Leader > 0 && len(s.ISR) == 3 })
 		if err != nil {
 			t.Fatal(err)
 		}
+		writing(fmt.Sprintf("kill %d", k+1))
 		if err := c.Kill(ctx, st.Leader); err != nil {
 			t.Fatal(err)
 		}
@@ -172,8 +242,15 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := c.WaitPartition(ctx, topic, 0, func(s PartitionState) bool { return s.Leader > 0 && len(s.ISR) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // more writes under the last leader
+	writing("the end of the scenario")
+	close(stopWriting)
 	<-done
 	wg.Wait()
+	results = results[:n]
 	for i, r := range results {
 		if r.Err != nil {
 			t.Fatalf("record %d failed: %v", i, r.Err)
@@ -188,8 +265,16 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 	if err := got.pollFor(ctx, cons, func(p *polled) bool { return len(p.records) >= n }); err != nil {
 		t.Fatal(err)
 	}
+	if len(got.records) != n {
+		t.Fatalf("read %d records; %d were acknowledged", len(got.records), n)
+	}
+	// Nothing past them either (a duplicate the consumer had not polled
+	// yet): the leader's high watermark is the acknowledged count.
+	requireLogEnd(ctx, t, c, topic, int64(n))
 	seen := map[string]int64{}
+	epochs := map[int32]bool{}
 	for i, r := range got.records {
+		epochs[r.LeaderEpoch] = true
 		v := string(r.Value)
 		if prev, dup := seen[v]; dup {
 			t.Fatalf("%s at offsets %d and %d: duplicate", v, prev, r.Offset)
@@ -201,6 +286,11 @@ func TestProducerHardKillsLoseNothing(t *testing.T) {
 		if results[i].Offset != r.Offset {
 			t.Fatalf("%s acknowledged at offset %d, found at %d", v, results[i].Offset, r.Offset)
 		}
+	}
+	// Writes spanned both kills: the records carry the first leader's
+	// epoch and those of the two leaders elected after the kills.
+	if len(epochs) < 3 {
+		t.Fatalf("records carry leader epochs %v; the writes did not span both leader changes", epochs)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -234,6 +324,16 @@ func (c *Cluster) waitProducerForgotten(ctx context.Context, t *testing.T, topic
 	st, err := c.Describe(ctx, topic, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The leader must hold the producer first: otherwise "no longer lists
+	// it" holds from the start (a producer without an ID, -1, or a wrong
+	// broker or topic) and the wait proves no expiry.
+	if pid < 0 {
+		t.Fatalf("producer id %d: the producer has no identity for the broker to forget", pid)
+	}
+	ids, err := c.describeProducers(ctx, st.Leader, topic)
+	if err != nil || !slices.Contains(ids, pid) {
+		t.Fatalf("leader %d lists producers %v (%v); want %d before waiting for it to expire", st.Leader, ids, err, pid)
 	}
 	if err := poll(ctx, 250*time.Millisecond, func() (bool, error) {
 		ids, err := c.describeProducers(ctx, st.Leader, topic)
@@ -336,7 +436,26 @@ func TestProducerStateExpiry(t *testing.T) {
 	if g := values(got.records); !slices.Equal(g, want) {
 		t.Fatalf("log %v; want %v", g, want)
 	}
+	requireLogEnd(ctx, t, c, topic, int64(len(want)))
 	mu.Lock()
 	t.Logf("after expiry: %d bumps, outcomes %v", p.Bumps(), outcomes)
 	mu.Unlock()
+}
+
+// requireLogEnd requires the high watermark of partition 0 of topic, as its
+// leader answers, to be want: no record beyond the expected ones (a
+// duplicate after the last one a consumer waited for).
+func requireLogEnd(ctx context.Context, t *testing.T, c *Cluster, topic string, want int64) {
+	t.Helper()
+	st, err := c.Describe(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := c.ReplicaOffsets(ctx, st.Leader, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.HighWater != want {
+		t.Fatalf("%s/0 high watermark %d on leader %d; want %d (records beyond the expected ones)", topic, o.HighWater, st.Leader, want)
+	}
 }

@@ -65,14 +65,21 @@ type Fetched struct {
 func (c *Cluster) FetchAll(ctx context.Context, broker int32, topic string, topicID [16]byte, partition int32, from int64) ([]Fetched, error) {
 	var out []Fetched
 	err := c.fetchEach(ctx, broker, topic, topicID, partition, from, func(rp *kmsg.FetchResponseTopicPartition, offset int64) (int64, error) {
+		// Control records (transaction markers) are decoded so that the
+		// offset moves past them, and left out of what is returned: a log
+		// that ends with a marker would otherwise never reach the high
+		// watermark ("no progress"). Isolation is read_uncommitted: the
+		// records of aborted and open transactions are returned too.
 		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-			Topic: topic, Partition: partition, KeepControlRecords: false, Offset: offset,
+			Topic: topic, Partition: partition, KeepControlRecords: true, Offset: offset,
 		}, rp, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
 			return offset, fp.Err
 		}
 		for _, r := range fp.Records {
-			out = append(out, Fetched{Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Value: string(r.Value)})
+			if !r.Attrs.IsControl() {
+				out = append(out, Fetched{Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Value: string(r.Value)})
+			}
 			offset = r.Offset + 1
 		}
 		return offset, nil

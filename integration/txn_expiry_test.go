@@ -66,7 +66,7 @@ func TestTransactionalProducerStateExpiry(t *testing.T) {
 			}
 			t.Logf("%s attempt %d must abort: %v", name, attempt, err)
 			if err := p.AbortTransaction(ctx); err != nil {
-				t.Fatalf("%s: abort after %v: %v", name, err, err)
+				t.Fatalf("%s: abort after an abortable error: %v", name, err)
 			}
 			aborts++
 		}

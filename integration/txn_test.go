@@ -28,7 +28,7 @@ func TestTransactionsUnderBrokerBounces(t *testing.T) {
 	if err := p.InitTransactions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var committed, aborted []string
+	var committed, aborted, flushedAborted []string
 	const txns, per = 24, 20
 	var killed int32 = -1
 	for i := 0; i < txns; i++ {
@@ -69,6 +69,7 @@ func TestTransactionsUnderBrokerBounces(t *testing.T) {
 				}
 				if err == nil {
 					aborted = append(aborted, vals...)
+					flushedAborted = append(flushedAborted, vals...)
 					break
 				}
 			} else if err = p.CommitTransaction(ctx); err == nil {
@@ -80,14 +81,45 @@ func TestTransactionsUnderBrokerBounces(t *testing.T) {
 			}
 			t.Logf("transaction %d attempt %d must abort: %v", i, attempt, err)
 			if err := p.AbortTransaction(ctx); err != nil {
-				t.Fatalf("abort after %v: %v", err, err)
+				t.Fatalf("abort after an abortable error: %v", err)
 			}
 			aborted = append(aborted, vals...)
 		}
 	}
 	t.Logf("%d committed records, %d aborted; producer %v", len(committed), len(aborted), p.ProducerID())
 
+	// The aborted transactions' records are in the log (read_uncommitted,
+	// raw Fetch): otherwise "read_committed never shows an aborted record"
+	// could not fail.
+	requireInLog(ctx, t, c, topic, flushedAborted)
 	checkReadCommitted(ctx, t, topic, committed)
+}
+
+// requireInLog reads partition 0 of topic from its leader with raw Fetch
+// requests (read_uncommitted, decoded by kgo) and requires every value of
+// want to be there, and want not to be empty.
+func requireInLog(ctx context.Context, t *testing.T, c *Cluster, topic string, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		t.Fatal("no aborted records to look for: the scenario aborted nothing after writing")
+	}
+	st, err := c.Describe(ctx, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.FetchAll(ctx, st.Leader, topic, st.TopicID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]bool{}
+	for _, r := range got {
+		in[r.Value] = true
+	}
+	for _, v := range want {
+		if !in[v] {
+			t.Fatalf("aborted record %q is not in the log (%d records read uncommitted): nothing for read_committed to filter", v, len(got))
+		}
+	}
 }
 
 // checkReadCommitted reads partition 0 of topic with a read_committed kepoch

@@ -126,7 +126,10 @@ type Unclean struct {
 
 // EngineerUncleanElection makes a real unclean leader election on a fresh
 // topic with one partition, replication factor 2 and min.insync.replicas=1:
-// Before records on both replicas; the follower stopped; Lost records
+// Before records on both replicas, the first half under the topic's first
+// epoch and the second half after a clean leader change (so the old epoch is
+// never 0, the zero value an unset epoch field would also hold, and the
+// consumed lineage has two epochs); the follower stopped; Lost records
 // acknowledged by the leader alone; the leader killed (SIGKILL); the follower
 // started and elected uncleanly (ElectLeaders UNCLEAN); After new records
 // written by the new leader. The old leader is left down: the caller decides
@@ -136,9 +139,11 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	u := Unclean{Topic: TopicName(p.Prefix), OldLeader: 1, NewLeader: 2, Before: p.Before, After: p.After}
+	// Broker 1 leads first; a clean leader change moves leadership to 2,
+	// which is the leader that later acknowledges the Lost records alone.
+	u := Unclean{Topic: TopicName(p.Prefix), OldLeader: 2, NewLeader: 1, Before: p.Before, After: p.After}
 	var err error
-	u.TopicID, err = c.CreateTopic(ctx, u.Topic, [][]int32{{u.OldLeader, u.NewLeader}}, map[string]string{
+	u.TopicID, err = c.CreateTopic(ctx, u.Topic, [][]int32{{u.NewLeader, u.OldLeader}}, map[string]string{
 		"min.insync.replicas":            "1",
 		"unclean.leader.election.enable": "false",
 	})
@@ -164,7 +169,32 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 		}
 		return ProduceValues(ctx, acks, u.Topic, 0, vs...)
 	}
-	if _, err := write("before", AcksAll, values("a", p.Before)); err != nil {
+	firstEpoch := st.LeaderEpoch
+	before := values("a", p.Before)
+	half := p.Before / 2
+	if _, err := write("before", AcksAll, before[:half]); err != nil {
+		return u, err
+	}
+	// A clean leader change (controlled shutdown of the first leader), so
+	// that the rest is written under a later, non-zero epoch.
+	if err := c.Stop(ctx, u.NewLeader); err != nil {
+		return u, err
+	}
+	if st, err = c.WaitPartition(ctx, u.Topic, 0, func(s PartitionState) bool {
+		return s.Leader == u.OldLeader && s.LeaderEpoch > firstEpoch
+	}); err != nil {
+		return u, fmt.Errorf("leadership never moved to %d in a new epoch: %w", u.OldLeader, err)
+	}
+	if err := c.Start(ctx, u.NewLeader); err != nil {
+		return u, err
+	}
+	if st, err = c.WaitPartition(ctx, u.Topic, 0, func(s PartitionState) bool {
+		return s.Leader == u.OldLeader && slices.Contains(s.ISR, u.NewLeader)
+	}); err != nil {
+		return u, fmt.Errorf("broker %d never rejoined the ISR: %w", u.NewLeader, err)
+	}
+	logf("%d records under epoch %d, then a clean leader change: %v", half, firstEpoch, st)
+	if _, err := write("before", AcksAll, before[half:]); err != nil {
 		return u, err
 	}
 	if err := waitLogEnd(ctx, c, u.NewLeader, u.Topic, int64(p.Before)); err != nil {
@@ -184,6 +214,9 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 	if u.LostOffsets, err = write("lost", AcksLeader, u.LostValues); err != nil {
 		return u, err
 	}
+	if len(u.LostOffsets) != p.Lost || p.Lost == 0 {
+		return u, fmt.Errorf("%d offsets acknowledged for %d lost records; an unclean election needs at least one", len(u.LostOffsets), p.Lost)
+	}
 	for i, off := range u.LostOffsets {
 		if off != int64(p.Before+i) {
 			return u, fmt.Errorf("acks=1 record %d acknowledged at offset %d; want %d", i, off, p.Before+i)
@@ -198,6 +231,9 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 		return u, err
 	}
 	u.OldEpoch = st.LeaderEpoch
+	if u.OldEpoch <= firstEpoch || u.OldEpoch <= 0 {
+		return u, fmt.Errorf("old epoch %d: want it above the first epoch %d (and not 0)", u.OldEpoch, firstEpoch)
+	}
 	logf("%d records acks=1 acknowledged by leader %d alone at offsets %d..%d (log end %d, high watermark %d, epoch %d)",
 		p.Lost, u.OldLeader, u.LostOffsets[0], u.LostOffsets[len(u.LostOffsets)-1], o.LogEnd, o.HighWater, u.OldEpoch)
 	if o.LogEnd != int64(p.Before+p.Lost) || o.HighWater != o.LogEnd {
@@ -240,12 +276,25 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 	}
 	logf("unclean election: %v", st)
 
+	// The new leader never had the Lost records: its log ends at Before
+	// (checked before anything is written, so it does not depend on
+	// After > 0).
+	if no, err := c.ReplicaOffsets(ctx, u.NewLeader, u.Topic, 0); err != nil {
+		return u, err
+	} else if no.LogEnd != int64(p.Before) {
+		return u, fmt.Errorf("new leader %d log end %d after the election; want %d", u.NewLeader, no.LogEnd, p.Before)
+	}
 	offs, err := write("after", AcksAll, values("c", p.After))
 	if err != nil {
 		return u, err
 	}
-	if len(offs) > 0 && offs[0] != int64(p.Before) {
-		return u, fmt.Errorf("first record after the election at offset %d; want %d", offs[0], p.Before)
+	if len(offs) != p.After {
+		return u, fmt.Errorf("%d offsets for %d records written after the election", len(offs), p.After)
+	}
+	for i, off := range offs {
+		if off != int64(p.Before+i) {
+			return u, fmt.Errorf("record %d after the election at offset %d; want %d", i, off, p.Before+i)
+		}
 	}
 	logf("%d records written by new leader %d at offsets %d..%d", p.After, u.NewLeader, p.Before, p.Before+p.After-1)
 	return u, nil
