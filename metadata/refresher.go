@@ -329,7 +329,8 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // whatever its partitions' leaders, triggering refreshes (ReasonWait,
 // spaced by the backoff) while it waits, and returns it with the Version
 // it was read at. The topic is watched during the call. It returns ctx's
-// error when ctx ends and ErrClosed when the refresher is closed.
+// error when ctx ends, ErrClosed when the refresher is closed, and the
+// topic's error when the brokers refuse it for good (not retriable).
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
 	unwatch := r.Watch(topic)
 	defer unwatch()
@@ -340,8 +341,14 @@ func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Vers
 		if closed {
 			return Topic{}, Version{}, errors.ErrClosed
 		}
-		if t, v, err := r.TopicAt(topic); err == nil && len(t.Partitions) > 0 {
+		t, v, err := r.TopicAt(topic)
+		if err == nil && len(t.Partitions) > 0 {
 			return t, v, nil
+		}
+		if err != nil && !errors.IsRetriable(err) {
+			// Refused for good (TOPIC_AUTHORIZATION_FAILED,
+			// INVALID_TOPIC_EXCEPTION): waiting cannot help.
+			return t, v, err
 		}
 		r.Trigger(ReasonWait)
 		select {

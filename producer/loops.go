@@ -136,6 +136,35 @@ func (p *Producer) splitLocked(ref BatchRef) {
 	}
 }
 
+// splitPlainLocked replaces a non-idempotent producer's batch the broker
+// refused as too large (so it was not written) by its two halves, first in
+// the partition's queue.
+func (p *Producer) splitPlainLocked(ps *pstate, b *pbatch) {
+	if b.encoded != nil {
+		putBuf(b.encoded) // its request is off the wire
+		b.encoded = nil
+	}
+	h := len(b.recs) / 2
+	parts := []*pbatch{
+		{tp: b.tp, recs: b.recs[:h:h], created: b.created, deadline: b.deadline, epoch: b.epoch, no: b.no, size: recbatch.HeaderSize},
+		{tp: b.tp, recs: b.recs[h:], created: b.created, deadline: b.deadline, epoch: b.epoch, no: b.no, size: recbatch.HeaderSize},
+	}
+	for _, nb := range parts {
+		for _, pr := range nb.recs {
+			nb.size += int(pr.size)
+		}
+	}
+	ps.inflight = nil
+	ps.queue = append(parts, ps.queue...)
+	ps.replaceInOrder(b, parts)
+	p.undelivered++
+	for _, w := range p.flushers {
+		if b.no < w.limit && w.remaining > 0 {
+			w.remaining++
+		}
+	}
+}
+
 // pidLoop sends InitProducerId whenever the producer needs a producer ID,
 // retrying with backoff until it gets one.
 func (p *Producer) pidLoop() {

@@ -97,8 +97,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("producer: MaxBufferedBytes %d must be ≥ BatchMaxBytes %d", c.maxBuffered, c.batchBytes)
 	case c.requestTO < 100*time.Millisecond:
 		return fmt.Errorf("producer: RequestTimeout %v < 100ms", c.requestTO)
-	case c.deliveryTO < c.requestTO:
-		return fmt.Errorf("producer: DeliveryTimeout %v must be ≥ RequestTimeout %v", c.deliveryTO, c.requestTO)
+	case c.deliveryTO < c.requestTO+c.linger:
+		return fmt.Errorf("producer: DeliveryTimeout %v must be ≥ RequestTimeout %v + Linger %v", c.deliveryTO, c.requestTO, c.linger)
 	case c.retryBackoff < time.Millisecond:
 		return fmt.Errorf("producer: RetryBackoff %v < 1ms", c.retryBackoff)
 	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightPerPartition:
@@ -183,7 +183,7 @@ const DefaultLinger = 5 * time.Millisecond
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
 // DeliveryTimeout bounds the time from Produce to a record's final outcome
-// (default 2m).
+// (default 2m). It must be at least RequestTimeout + Linger.
 func DeliveryTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.deliveryTO = d }) }
 
 // RequestTimeout bounds each request to a broker (default 30s). A Produce

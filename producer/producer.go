@@ -300,10 +300,15 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	partition := r.Partition
 	if !r.ExplicitPartition {
 		partition = p.part.Partition(r, nparts)
-	} else if partition < 0 || partition >= nparts {
+	}
+	if partition < 0 || partition >= nparts {
 		p.mu.Unlock()
+		what := "no such partition"
+		if !r.ExplicitPartition {
+			what = "the partitioner chose no such partition"
+		}
 		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
-			Err: fmt.Errorf("no such partition (topic has %d)", nparts)}
+			Err: fmt.Errorf("%s (topic has %d)", what, nparts)}
 	}
 	tp := TopicPartition{r.Topic, partition}
 	if p.txn != nil {
@@ -323,25 +328,52 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 }
 
 // ProduceSync produces the records and waits for all of their delivery
-// reports; it returns the first error.
+// reports, or until ctx ends; it returns the first error. A record still
+// unreported when ctx ends is returned with ctx's error and
+// errors.ErrUnknownOutcome (it may yet be written).
 func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, error) {
+	var mu sync.Mutex
 	results := make([]Result, len(rs))
-	var wg sync.WaitGroup
+	reported := make([]bool, len(rs))
+	left := len(rs)
+	all := make(chan struct{})
+	if left == 0 {
+		close(all)
+	}
+	report := func(i int, res Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		results[i], reported[i] = res, true
+		if left--; left == 0 {
+			close(all)
+		}
+	}
 	for i, r := range rs {
-		wg.Add(1)
-		if err := p.Produce(ctx, r, func(res Result) { results[i] = res; wg.Done() }); err != nil {
-			wg.Done()
-			results[i] = Result{Record: r, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
+		if err := p.Produce(ctx, r, func(res Result) { report(i, res) }); err != nil {
+			report(i, Result{Record: r, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err})
 		}
 	}
 	p.Flush(ctx) // send now, whatever the linger
-	wg.Wait()
-	for _, res := range results {
-		if res.Err != nil {
-			return results, res.Err
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	out := slices.Clone(results)
+	for i, ok := range reported {
+		if !ok {
+			// Still buffered or in flight: it may yet be written (its
+			// callback, dropped, would say).
+			out[i] = Result{Record: rs[i], Partition: -1, Offset: -1, LeaderEpoch: -1, Err: errors.Join(ctx.Err(), errors.ErrUnknownOutcome)}
 		}
 	}
-	return results, nil
+	mu.Unlock()
+	for _, res := range out {
+		if res.Err != nil {
+			return out, res.Err
+		}
+	}
+	return out, nil
 }
 
 // Flush sends everything buffered without waiting for linger and waits

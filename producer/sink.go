@@ -556,6 +556,12 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 		p.finishLocked(b, nil, res.BaseOffset, nil)
 		return
 	}
+	if res.Delivery == Answered && (res.Code == kerr.MessageTooLarge.Code || res.Code == kerr.RecordListTooLarge.Code) &&
+		len(b.recs) > 1 && !b.maybe && time.Now().Before(b.deadline) {
+		// Refused before the append: its halves go first, in order.
+		p.splitPlainLocked(x.ps, b)
+		return
+	}
 	cause := err
 	if res.Delivery == Answered {
 		cause = kerr.ErrorForCode(res.Code)
