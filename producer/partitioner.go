@@ -19,8 +19,17 @@ type Partitioner interface {
 // DefaultPartitioner is compatible with the Java client: a keyed record goes
 // to murmur2(key) mod n, so the same key lands on the same partition whichever
 // client wrote it; unkeyed records stick to one partition until its batch
-// closes, then move to another at random (KIP-480).
+// closes, then move to another at random (KIP-480), among the partitions
+// that have a leader when any has (as Java's since KIP-794): unkeyed records
+// do not wait in a partition that cannot take them.
 func DefaultPartitioner() Partitioner { return &stickyKeyPartitioner{sticky: map[string]int32{}} }
+
+// availabilityPartitioner is a Partitioner that can leave out, for records
+// without a key, the partitions that have no leader (available says which
+// have one).
+type availabilityPartitioner interface {
+	partitionAvailable(r *Record, n int32, available func(topic string, partition int32) bool) int32
+}
 
 type stickyKeyPartitioner struct {
 	mu     sync.Mutex
@@ -28,6 +37,10 @@ type stickyKeyPartitioner struct {
 }
 
 func (p *stickyKeyPartitioner) Partition(r *Record, n int32) int32 {
+	return p.partitionAvailable(r, n, nil)
+}
+
+func (p *stickyKeyPartitioner) partitionAvailable(r *Record, n int32, available func(string, int32) bool) int32 {
 	if r.Key != nil {
 		return KeyPartition(r.Key, n)
 	}
@@ -35,10 +48,25 @@ func (p *stickyKeyPartitioner) Partition(r *Record, n int32) int32 {
 	defer p.mu.Unlock()
 	s, ok := p.sticky[r.Topic]
 	if !ok || s >= n {
-		s = rand.Int32N(n)
+		s = pick(r.Topic, n, available)
 		p.sticky[r.Topic] = s
 	}
 	return s
+}
+
+// pick returns a partition of topic in [0, n) at random, one that is
+// available if any is.
+func pick(topic string, n int32, available func(string, int32) bool) int32 {
+	start := rand.Int32N(n)
+	if available == nil {
+		return start
+	}
+	for i := range n {
+		if s := (start + i) % n; available(topic, s) {
+			return s
+		}
+	}
+	return start
 }
 
 func (p *stickyKeyPartitioner) BatchClosed(topic string, partition int32) {

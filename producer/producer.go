@@ -74,6 +74,7 @@ type Producer struct {
 	ownMeta bool
 	sub     *metadata.Subscription
 	part    Partitioner
+	avail   func(topic string, partition int32) bool // p.hasLeader, made once
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -165,6 +166,7 @@ func New(opts ...Opt) (*Producer, error) {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	p.part = p.cfg.partitioner
+	p.avail = p.hasLeader
 	if p.part == nil {
 		p.part = DefaultPartitioner()
 	}
@@ -299,7 +301,11 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	partition := r.Partition
 	if !r.ExplicitPartition {
-		partition = p.part.Partition(r, nparts)
+		if ap, ok := p.part.(availabilityPartitioner); ok {
+			partition = ap.partitionAvailable(r, nparts, p.avail)
+		} else {
+			partition = p.part.Partition(r, nparts)
+		}
 	}
 	if partition < 0 || partition >= nparts {
 		p.mu.Unlock()
@@ -485,6 +491,12 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	p.cl.Close()
 	return ferr
+}
+
+// hasLeader reports whether metadata names a leader for the partition.
+func (p *Producer) hasLeader(topic string, partition int32) bool {
+	lp, err := p.meta.Lookup(topic, partition)
+	return err == nil && lp.Leader >= 0
 }
 
 // topic returns the partition count and topic ID, waiting for metadata.

@@ -91,3 +91,33 @@ func TestCloseEndsProduceWaitingForTopic(t *testing.T) {
 		t.Fatal("Produce still blocked 2s after Close returned")
 	}
 }
+
+// Unkeyed records go to partitions that have a leader: with partition 0
+// leaderless, none is put in it (where it would wait for its delivery
+// timeout), though each record's batch closes and the partition is picked
+// anew.
+func TestUnkeyedRecordsAvoidLeaderlessPartitions(t *testing.T) {
+	c := newCluster(t, 3)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(leaderlessP0{cl}, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p := newProducer(t, c, producer.WithMetadata(r), producer.RequestTimeout(500*time.Millisecond), producer.DeliveryTimeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, _, err := r.WaitForTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("v")})
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if res[0].Partition == 0 {
+			t.Fatalf("record %d went to leaderless partition 0", i)
+		}
+	}
+}
