@@ -54,7 +54,11 @@ type plan struct {
 	sessionEpoch int32
 	send         []TopicPartition // partitions the request names
 	forget       []TopicPartition // partitions the request tells the broker to forget
-	full         bool             // a full request: names everything wanted
+	// replaced are partitions named again under a new topic ID (the topic
+	// was recreated): the broker keys session entries by topic ID, so the
+	// entry under the old ID must be forgotten too (Java's "replaced").
+	replaced []TopicPartition
+	full     bool // a full request: names everything wanted
 }
 
 // plan returns what the next request must carry to fetch exactly want.
@@ -70,6 +74,9 @@ func (s *fetchSession) plan(want map[TopicPartition]fetchParams) plan {
 	for tp, w := range want {
 		if prev, ok := s.sent[tp]; !ok || prev != w {
 			p.send = append(p.send, tp)
+			if ok && prev.topicID != w.topicID && prev.topicID != ([16]byte{}) && w.topicID != ([16]byte{}) {
+				p.replaced = append(p.replaced, tp)
+			}
 		}
 	}
 	for tp := range s.sent {

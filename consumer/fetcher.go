@@ -201,9 +201,18 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
 	forgot := map[string]int{}
-	for _, tp := range pl.forget {
+	forget := pl.forget
+	if !f.byName {
+		// Sessions keyed by topic ID (v13+): the entry under a
+		// recreated topic's old ID goes too. By name, the entry is
+		// the one being replaced, and forgetting it would drop it.
+		forget = append(forget[:len(forget):len(forget)], pl.replaced...)
+	}
+	for _, tp := range forget {
 		prev := f.session.sent[tp]
-		i := topicSlot(forgot, &req.ForgottenTopics, tp.Topic, func() kmsg.FetchRequestForgottenTopic {
+		// By name and ID: a recreated topic's partitions may be
+		// forgotten under either of its IDs.
+		i := topicSlot(forgot, &req.ForgottenTopics, tp.Topic+"\x00"+string(prev.topicID[:]), func() kmsg.FetchRequestForgottenTopic {
 			ft := kmsg.NewFetchRequestForgottenTopic()
 			ft.Topic, ft.TopicID = tp.Topic, prev.topicID
 			return ft
