@@ -90,6 +90,7 @@ type group struct {
 	memberID   string
 	generation int32 // classic generation or KIP-848 member epoch; -1 when none
 	owned      tpSet
+	assigning  tpSet         // partitions assignParts is adding (reading their offsets)
 	rejoin     chan struct{} // capacity 1: the subscription changed
 	closed     bool
 	unwatch    func() // the topics the member loop watches
@@ -109,6 +110,7 @@ func newGroup(c *Consumer) *group {
 		cfg:         &c.cfg.group,
 		generation:  -1,
 		owned:       tpSet{},
+		assigning:   tpSet{},
 		rejoin:      make(chan struct{}, 1),
 		idOf:        map[string][16]byte{},
 		nameOf:      map[[16]byte]string{},
@@ -286,6 +288,21 @@ func (g *group) assignParts(ctx context.Context, tps tpSet) error {
 		return nil
 	}
 	list := tps.sorted()
+	// Until they are added, a KIP-848 heartbeat reports them as owned too:
+	// reported released, the coordinator would give them to another
+	// member before this one adds them.
+	g.mu.Lock()
+	for _, tp := range list {
+		g.assigning.add(tp)
+	}
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		for _, tp := range list {
+			delete(g.assigning, tp)
+		}
+		g.mu.Unlock()
+	}()
 	committed, err := g.fetchCommittedRetry(ctx, list)
 	if err != nil {
 		return err
@@ -317,7 +334,7 @@ func (g *group) assignParts(ctx context.Context, tps tpSet) error {
 	}
 	g.mu.Unlock()
 	if fn := g.cfg.onAssigned; fn != nil {
-		fn(ctx, list)
+		fn(g.ctx, list) // not ctx: a classic session's ends at the next rebalance
 	}
 	return nil
 }

@@ -194,9 +194,12 @@ func (g *group) heartbeat848(ctx context.Context, st *memberState848) (*kmsg.Con
 	g.mu.Lock()
 	member := g.memberID
 	topics, re := g.topics, g.regexExpr
-	owned := make(tpSet, len(g.owned))
+	owned := make(tpSet, len(g.owned)+len(g.assigning))
 	for tp := range g.owned {
 		owned.add(tp)
+	}
+	for tp := range g.assigning {
+		owned.add(tp) // being added: not released
 	}
 	g.mu.Unlock()
 	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
