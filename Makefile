@@ -12,7 +12,9 @@ test:
 	@bash scripts/test.sh
 
 lint: $(BIN)/staticcheck
-	@bad=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
+	@files=$$(git ls-files '*.go' && git ls-files --others --exclude-standard '*.go') && [ -n "$$files" ] || \
+	  { echo "lint: no Go files from git ls-files (not a git work tree, or git refuses it)"; exit 1; }; \
+	  bad=$$(gofmt -l $$files) || exit 1; \
 	  if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...

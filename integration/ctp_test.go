@@ -42,19 +42,21 @@ retry:
 			return -1, -1, err
 		}
 		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := errCode(p.ErrorCode); err != nil {
-					if errors.Is(err, errors.FromCode(88)) && ctx.Err() == nil {
-						// UNSTABLE_OFFSET_COMMIT for the partition: ask
-						// again (a bare continue went on to the next
-						// partition and returned -1, "nothing committed").
-						time.Sleep(100 * time.Millisecond)
-						continue retry
-					}
-					return -1, -1, err
-				}
-				return p.Offset, p.LeaderEpoch, nil
+			if len(t.Partitions) == 0 {
+				continue
 			}
+			p := t.Partitions[0] // the one partition asked for
+			if err := errCode(p.ErrorCode); err != nil {
+				if errors.Is(err, errors.FromCode(88)) && ctx.Err() == nil {
+					// UNSTABLE_OFFSET_COMMIT for the partition: ask
+					// again (a bare continue went on to the next
+					// partition and returned -1, "nothing committed").
+					time.Sleep(100 * time.Millisecond)
+					continue retry
+				}
+				return -1, -1, err
+			}
+			return p.Offset, p.LeaderEpoch, nil
 		}
 		return -1, -1, nil
 	}

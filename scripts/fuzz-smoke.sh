@@ -6,11 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZTIME=${FUZZTIME:-10s}
 n=0
-for pkg in $(go list ./...); do
-  for target in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+pkgs=$(go list ./...) # set -e: a failing go list is a failure, not "0 targets"
+for pkg in $pkgs; do
+  # A package whose tests do not build is a failure, not a package without targets.
+  list=$(go test -list '^Fuzz' "$pkg") || { echo "$list"; echo "cannot list the fuzz targets of $pkg"; exit 1; }
+  for target in $(grep '^Fuzz' <<<"$list" || true); do
     echo "fuzz $pkg $target ($FUZZTIME)"
     for attempt in 1 2; do
-      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" -parallel=2 "$pkg" >/tmp/kepoch-fuzz.log 2>&1; then
+      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" -parallel=2 "$pkg" >"$log" 2>&1; then
         break
       fi
       # Go before 1.27 sometimes ends a fuzz run whose -fuzztime is up
@@ -18,12 +23,12 @@ for pkg in $(go list ./...); do
       # race in its fuzzing coordinator, golang/go#75804; seen here under
       # load): that run is repeated once. A real failure names the input
       # it wrote.
-      if [ "$attempt" = 1 ] && grep -q 'context deadline exceeded' /tmp/kepoch-fuzz.log &&
-        ! grep -q 'Failing input written to' /tmp/kepoch-fuzz.log; then
+      if [ "$attempt" = 1 ] && grep -q 'context deadline exceeded' "$log" &&
+        ! grep -q 'Failing input written to' "$log"; then
         echo "  $target: time ran out inside the go command (no failing input); running it again"
         continue
       fi
-      cat /tmp/kepoch-fuzz.log
+      cat "$log"
       echo "fuzz target $target failed"
       exit 1
     done

@@ -23,6 +23,7 @@
 #   KEPOCH_KAFKA_STATE     state directory: configs, data, logs, pids (default /tmp/kepoch-kafka)
 #   KEPOCH_STOP_GRACE      seconds a graceful stop may take before SIGKILL (default 30)
 #   KEPOCH_READY_TIMEOUT   seconds to wait for a node to serve (default 240)
+#   KEPOCH_KAFKA_PORT      controller port; broker N listens on it + N (default 19090)
 set -euo pipefail
 
 VERSION=${KEPOCH_KAFKA_VERSION:-4.1.2}
@@ -31,6 +32,7 @@ LIB=$CACHE/kafka-$VERSION/lib
 STATE=${KEPOCH_KAFKA_STATE:-/tmp/kepoch-kafka}
 STOP_GRACE=${KEPOCH_STOP_GRACE:-30}
 READY_TIMEOUT=${KEPOCH_READY_TIMEOUT:-240}
+PORT=${KEPOCH_KAFKA_PORT:-19090}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES=(100 1 2 3)
 BROKERS=(1 2 3)
@@ -39,10 +41,19 @@ READY_LINE='Kafka Server started'
 log() { printf '[kafka-local %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-port_of() { if [ "$1" = 100 ]; then echo 19090; else echo $((19090 + $1)); fi; }
+port_of() { if [ "$1" = 100 ]; then echo "$PORT"; else echo $((PORT + $1)); fi; }
 node_dir() { echo "$STATE/node-$1"; }
 pid_of() { cat "$(node_dir "$1")/pid" 2>/dev/null || true; }
-alive() { local p; p=$(pid_of "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+# is_node N PID: PID is node N's JVM of this state directory. A pid file can
+# outlive its JVM (a reboot, a crash) and the pid be reused by any process;
+# and a SIGKILLed JVM stays a zombie, which kill -0 still finds, until its
+# parent (init, or a CI container's PID 1 that may never reap) collects it.
+# Both have no such argument (a zombie's cmdline is empty).
+is_node() {
+  [ -n "$2" ] && tr '\0' '\n' 2>/dev/null <"/proc/$2/cmdline" | grep -xF -- "-Dkafka.logs.dir=$(node_dir "$1")/logs" >/dev/null
+}
+alive() { is_node "$1" "$(pid_of "$1")"; }
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 valid_node() { case " ${NODES[*]} " in *" $1 "*) ;; *) die "unknown node '$1' (nodes: ${NODES[*]})";; esac; }
 
 fetch() {
@@ -95,7 +106,7 @@ common_props() {
   cat <<EOF
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-controller.quorum.bootstrap.servers=127.0.0.1:19090
+controller.quorum.bootstrap.servers=127.0.0.1:$PORT
 log.dirs=$(node_dir "$1")/data
 num.partitions=1
 default.replication.factor=3
@@ -129,8 +140,8 @@ write_props() {
     echo "node.id=$n"
     if [ "$n" = 100 ]; then
       echo "process.roles=controller"
-      echo "listeners=CONTROLLER://127.0.0.1:19090"
-      echo "advertised.listeners=CONTROLLER://127.0.0.1:19090"
+      echo "listeners=CONTROLLER://127.0.0.1:$PORT"
+      echo "advertised.listeners=CONTROLLER://127.0.0.1:$PORT"
       echo "broker.session.timeout.ms=4000"
       echo "unclean.leader.election.interval.ms=1000"
     else
@@ -183,9 +194,10 @@ launch() {
   local n=$1 d heap port
   d=$(node_dir "$n")
   port=$(port_of "$n")
-  if alive "$n"; then die "node $n is already running (pid $(pid_of "$n"))"; fi
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    die "port $port is taken by another process; node $n cannot start"
+  if alive "$n"; then log "error: node $n is already running (pid $(pid_of "$n"))"; return 1; fi
+  if port_taken "$port"; then
+    log "error: port $port is taken by another process; node $n cannot start"
+    return 1
   fi
   if [ "$n" = 100 ]; then heap=256m; else heap=512m; fi
   # Readiness is judged only from log lines written after this offset.
@@ -203,7 +215,10 @@ wait_ready() {
   off=$(cat "$d/log.offset" 2>/dev/null || echo 0)
   deadline=$((SECONDS + READY_TIMEOUT))
   while :; do
-    if tail -c +$((off + 1)) "$d/logs/server.log" 2>/dev/null | grep -q "$READY_LINE"; then return 0; fi
+    # Not grep -q: it exits at the first match, tail then dies of SIGPIPE
+    # when more than a pipe's worth of log follows, and with pipefail the
+    # line is never seen.
+    if tail -c +$((off + 1)) "$d/logs/server.log" 2>/dev/null | grep -F "$READY_LINE" >/dev/null; then return 0; fi
     if ! alive "$n"; then
       log "node $n died while starting; last log lines:"
       tail -n 40 "$d/logs/server.log" "$d/logs/stdout.log" >&2 2>/dev/null || true
@@ -222,9 +237,17 @@ up() {
   fetch
   local all=1 n
   for n in "${NODES[@]}"; do alive "$n" || all=0; done
-  if [ $all = 1 ]; then log "cluster already up"; return 0; fi
+  if [ $all = 1 ]; then
+    # A test that died between pause and resume leaves a frozen JVM.
+    for n in "${NODES[@]}"; do kill -CONT "$(pid_of "$n")" 2>/dev/null || true; done
+    log "cluster already up"; return 0
+  fi
   for n in "${NODES[@]}"; do
     if alive "$n"; then log "node $n is up but the cluster is not whole; restarting all"; down; break; fi
+  done
+  # Fail before the previous state is moved away and four JVMs format it.
+  for n in "${NODES[@]}"; do
+    if port_taken "$(port_of "$n")"; then die "port $(port_of "$n") (node $n) is taken by another process; is another cluster running?"; fi
   done
   local t0=$SECONDS
   # The previous run's logs are kept (in $STATE.prev), its data is not: a
@@ -233,22 +256,22 @@ up() {
   mkdir -p "$STATE"
   write_log4j
   format_all
-  launch 100
+  launch 100 || { down; die "controller did not start"; }
   wait_ready 100 || { down; die "controller did not start"; }
-  for n in "${BROKERS[@]}"; do launch "$n"; done
+  for n in "${BROKERS[@]}"; do launch "$n" || { down; die "broker $n did not start"; }; done
   for n in "${BROKERS[@]}"; do wait_ready "$n" || { down; die "broker $n did not start"; }; done
-  log "cluster up in $((SECONDS - t0))s: bootstrap 127.0.0.1:19091,127.0.0.1:19092,127.0.0.1:19093 (state $STATE)"
+  log "cluster up in $((SECONDS - t0))s: bootstrap 127.0.0.1:$(port_of 1),127.0.0.1:$(port_of 2),127.0.0.1:$(port_of 3) (state $STATE)"
 }
 
 # stop_node N: graceful stop with escalation. A paused JVM gets SIGCONT first.
 stop_node() {
   local n=$1 p deadline
   p=$(pid_of "$n")
-  [ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
+  is_node "$n" "$p" || return 0
   kill -CONT "$p" 2>/dev/null || true
   kill -TERM "$p" 2>/dev/null || true
   deadline=$((SECONDS + STOP_GRACE))
-  while kill -0 "$p" 2>/dev/null; do
+  while is_node "$n" "$p"; do
     if [ $SECONDS -ge $deadline ]; then
       log "node $n did not stop within ${STOP_GRACE}s; SIGKILL"
       kill -KILL "$p" 2>/dev/null || true
@@ -260,9 +283,9 @@ stop_node() {
 kill_node() {
   local n=$1 p
   p=$(pid_of "$n")
-  [ -n "$p" ] || return 0
+  is_node "$n" "$p" || return 0
   kill -KILL "$p" 2>/dev/null || true
-  while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+  while is_node "$n" "$p"; do sleep 0.05; done
 }
 
 down() {
@@ -270,8 +293,15 @@ down() {
   for n in "${BROKERS[@]}"; do stop_node "$n" & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p" || true; done
   stop_node 100
-  # JVMs of this tooling that lost their pid file (a crashed earlier run).
-  pkill -KILL -f 'kepoch.local.node=' 2>/dev/null || true
+  # JVMs of this state directory that lost their pid file (a crashed
+  # earlier run); never those of another state directory (another cluster).
+  local f p args
+  for f in /proc/[0-9]*/cmdline; do
+    args=$(tr '\0' '\n' 2>/dev/null <"$f") || continue
+    case $args in *"-Dkafka.logs.dir=$STATE/node-"*) ;; *) continue ;; esac
+    p=${f#/proc/}; p=${p%/cmdline}
+    kill -KILL "$p" 2>/dev/null || true
+  done
   log "cluster down (logs kept in $STATE)"
 }
 
@@ -314,11 +344,11 @@ case "$cmd" in
     valid_node "${1:?node}"
     # Idempotent: a node already running (e.g. still recovering its log
     # after an earlier start timed out) is only waited for.
-    if alive "$1"; then log "node $1 already running; waiting until it serves"; else launch "$1"; fi
+    if alive "$1"; then log "node $1 already running; waiting until it serves"; else launch "$1" || exit 1; fi
     wait_ready "$1" ;;
   stop) valid_node "${1:?node}"; stop_node "$1" ;;
   kill) valid_node "${1:?node}"; kill_node "$1" ;;
-  pause) valid_node "${1:?node}"; kill -STOP "$(pid_of "$1")" ;;
-  resume) valid_node "${1:?node}"; kill -CONT "$(pid_of "$1")" ;;
-  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+  pause) valid_node "${1:?node}"; alive "$1" || die "node $1 is not running"; kill -STOP "$(pid_of "$1")" ;;
+  resume) valid_node "${1:?node}"; alive "$1" || die "node $1 is not running"; kill -CONT "$(pid_of "$1")" ;;
+  *) sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

@@ -18,22 +18,45 @@ cleanup() {
   bash scripts/kafka-local.sh down || true
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Each step runs as a job of its own process group (set -m) that the shell
+# waits for: bash runs a trap only once the foreground command has ended, so
+# a SIGTERM (CI cancelling, make forwarding it) would otherwise wait for the
+# whole step (up to 25 minutes of tests), and a runner's SIGKILL after its
+# grace period would leave the cluster's JVMs running. `wait` returns at
+# once on a trapped signal; the step's whole group (go, test binaries,
+# kafka-local.sh) is stopped before the cleanup.
+set -m
+step=
+on_signal() {
+  if [ -n "$step" ]; then kill -TERM -- "-$step" 2>/dev/null || true; wait "$step" 2>/dev/null || true; fi
+  exit 130
+}
+trap on_signal INT TERM HUP
+run() {
+  local rc=0
+  "$@" </dev/null &
+  step=$!
+  wait "$step" || rc=$?
+  step=
+  return "$rc"
+}
 
 echo "== lint"
-make -s lint
+run make -s lint
 
 echo "== local Kafka cluster"
-bash scripts/kafka-local.sh up
+run bash scripts/kafka-local.sh up
 
 echo "== unit and component tests (-race)"
-go test -race -count=1 -timeout 15m $(go list ./... | grep -v /integration)
+pkgs=$(go list ./...) # a failing go list stops the run here (set -e)
+mapfile -t unit < <(grep -v /integration <<<"$pkgs")
+run go test -race -count=1 -timeout 15m "${unit[@]}"
 
 echo "== real-cluster tests (-race)"
-KEPOCH_KAFKA=1 go test -race -count=1 -timeout 25m ./integration/
+KEPOCH_KAFKA=1 run go test -race -count=1 -timeout 25m ./integration/
 
 echo "== fuzz smoke"
-bash scripts/fuzz-smoke.sh
+run bash scripts/fuzz-smoke.sh
 
 status=0
 echo "== make test passed in $((SECONDS - t0))s"

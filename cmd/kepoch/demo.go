@@ -106,8 +106,9 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	show(w, *verbose, recs)
+	lastPayment := recs[len(recs)-1].Offset
 	pos, _ := cons.Position(topic, 0)
-	fmt.Fprintf(w, "consumed offsets %d..%d; position %v (offset@leader epoch)\n", recs[0].Offset, recs[len(recs)-1].Offset, pos)
+	fmt.Fprintf(w, "consumed offsets %d..%d; position %v (offset@leader epoch)\n", recs[0].Offset, lastPayment, pos)
 
 	// The "unclean election": the log loses its last batch, a new leader
 	// epoch begins, and new records take the lost offsets.
@@ -136,7 +137,7 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "new leader wrote refund-0..refund-4 at offsets %d..%d, where payments %d..29 were\n", offs[0], offs[len(offs)-1], offs[0])
+	fmt.Fprintf(w, "new leader wrote refund-0..refund-4 at offsets %d..%d, where payments %d..%d were\n", offs[0], offs[len(offs)-1], offs[0], lastPayment)
 
 	recs, err = pollN(ctx, cons, 5)
 	if err != nil {
@@ -154,9 +155,26 @@ func demo(ctx context.Context, args []string, w io.Writer) error {
 			b.Base, b.Last, b.ProducerID, b.ProducerEpoch, b.BaseSequence, b.Records, b.CRC)
 	}
 	show(w, *verbose, recs)
+	// What is claimed below is checked first: the records after the report
+	// are exactly the refunds, each once, from the divergence point on.
+	if len(recs) != len(offs) {
+		return fmt.Errorf("after the report: %d records, want the %d refunds", len(recs), len(offs))
+	}
+	for i, r := range recs {
+		if want := fmt.Sprintf("refund-%d", i); r.Offset != offs[i] || string(r.Value) != want || r.LeaderEpoch <= e.Consumed.Epoch {
+			return fmt.Errorf("after the report: record %d is %s at %d@%d, want %s at %d in a newer epoch than %d",
+				i, r.Value, r.Offset, r.LeaderEpoch, want, offs[i], e.Consumed.Epoch)
+		}
+	}
+	if recs[0].Offset != e.Divergent.Offset {
+		return fmt.Errorf("the new lineage was read from %d, not from the divergence point %d", recs[0].Offset, e.Divergent.Offset)
+	}
 	fmt.Fprintf(w, "then read the new lineage from the divergence point: %s..%s at offsets %d..%d, leader epoch %d\n",
 		recs[0].Value, recs[len(recs)-1].Value, recs[0].Offset, recs[len(recs)-1].Offset, recs[0].LeaderEpoch)
 	pos, _ = cons.Position(topic, 0)
+	if pos.Offset != recs[len(recs)-1].Offset+1 {
+		return fmt.Errorf("position %v after the last refund at %d", pos, recs[len(recs)-1].Offset)
+	}
 	fmt.Fprintf(w, "position %v; nothing skipped, nothing delivered twice from one lineage\n", pos)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))

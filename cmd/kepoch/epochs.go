@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -27,7 +28,25 @@ func epochs(ctx context.Context, args []string, w io.Writer) error {
 	if *topic == "" {
 		return fmt.Errorf("-topic is required")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (flags go before them: -topic T -partition P)", fs.Args())
+	}
+	if *partition < 0 || *partition > math.MaxInt32 {
+		return fmt.Errorf("-partition %d: out of range [0, %d]", *partition, math.MaxInt32)
+	}
+	if *depth < 1 || *depth > math.MaxInt32 {
+		return fmt.Errorf("-depth %d: must be at least 1", *depth)
+	}
+	var seeds []string
+	for _, b := range strings.Split(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			seeds = append(seeds, b)
+		}
+	}
+	if len(seeds) == 0 {
+		return fmt.Errorf("-brokers: no broker given")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
 	}

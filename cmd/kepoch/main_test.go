@@ -38,4 +38,20 @@ func TestUsageErrors(t *testing.T) {
 	if code := run(context.Background(), []string{"epochs"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "-topic is required") {
 		t.Errorf("epochs without -topic: exit %d, stderr %q", code, errOut.String())
 	}
+	// Refused before any broker is asked (none listens on port 1).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"epochs", "-brokers", "127.0.0.1:1", "-topic", "t", "-partition", "4294967296"}, "-partition 4294967296: out of range"},
+		{[]string{"epochs", "-brokers", "127.0.0.1:1", "-topic", "t", "-partition", "-1"}, "-partition -1: out of range"},
+		{[]string{"epochs", "-brokers", "127.0.0.1:1", "-topic", "t", "-depth", "0"}, "-depth 0: must be at least 1"},
+		{[]string{"epochs", "-brokers", "127.0.0.1:1", "-topic", "t", "extra"}, "unexpected arguments"},
+		{[]string{"epochs", "-brokers", " , ", "-topic", "t"}, "-brokers: no broker given"},
+	} {
+		errOut.Reset()
+		if code := run(context.Background(), c.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args[1:], code, errOut.String(), c.want)
+		}
+	}
 }
