@@ -29,6 +29,11 @@ type Decompressor struct {
 	gzipPool sync.Pool // *gzipReader
 	lz4Pool  sync.Pool // *lz4Reader
 	zstdPool sync.Pool // *zstdReader
+	// zstdWide decodes frames whose window exceeds max (a window bounds
+	// back-references, not the content: the Java producer streams frames
+	// with a 2 MiB window whatever their size). DecodeAll allocates no
+	// window, so its bound is only the output's, checked after.
+	zstdWide sync.Pool // *zstdReader
 }
 
 type gzipReader struct {
@@ -68,6 +73,13 @@ func NewDecompressor(maxSize int) (*Decompressor, error) {
 	probe.Close()
 	d.zstdPool.New = func() any {
 		dec, _ := zstd.NewReader(nil, zstdOpts...) // validated above
+		r := &zstdReader{dec: dec}
+		runtime.AddCleanup(r, func(dec *zstd.Decoder) { dec.Close() }, dec)
+		return r
+	}
+	wideOpts := append(zstdOpts[:len(zstdOpts):len(zstdOpts)], zstd.WithDecoderMaxMemory(zstdMaxWindow))
+	d.zstdWide.New = func() any {
+		dec, _ := zstd.NewReader(nil, wideOpts...)
 		r := &zstdReader{dec: dec}
 		runtime.AddCleanup(r, func(dec *zstd.Decoder) { dec.Close() }, dec)
 		return r
@@ -132,8 +144,16 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 		r.src.Reset(nil)
 		return out, err
 	case Zstd:
-		r := d.zstdPool.Get().(*zstdReader)
-		defer d.zstdPool.Put(r)
+		pool := &d.zstdPool
+		var zh zstd.Header
+		if zh.Decode(src) == nil && zh.WindowSize > uint64(d.max) && zh.WindowSize <= zstdMaxWindow && d.max < zstdMaxWindow {
+			if zh.HasFCS && zh.FrameContentSize > uint64(d.max) {
+				return dst, ErrTooLarge
+			}
+			pool = &d.zstdWide
+		}
+		r := pool.Get().(*zstdReader)
+		defer pool.Put(r)
 		// Room past the frame's declared size lets the decoder use its
 		// fast copy loops (which overrun by up to 32 bytes) to the end.
 		if n := d.DecodedCap(src, Zstd); n > 0 {
@@ -147,6 +167,9 @@ func (d *Decompressor) decompress(dst, src []byte, codec Codec) ([]byte, error) 
 		}
 		if err != nil {
 			return dst, err
+		}
+		if len(out)-len(dst) > d.max {
+			return dst, ErrTooLarge
 		}
 		return out, nil
 	}
@@ -180,20 +203,40 @@ func (d *Decompressor) DecodedCap(src []byte, codec Codec) int {
 		if isXerial(src) {
 			return 0
 		}
-		if n, err := s2.DecodedLen(src); err == nil && n <= d.max {
+		if n, err := s2.DecodedLen(src); err == nil && n <= d.max && snappyCanHold(src, n) {
 			return n
 		}
 	case Zstd:
 		var zh zstd.Header
-		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(d.max) {
+		if zh.Decode(src) == nil && zh.HasFCS && zh.FrameContentSize <= uint64(d.max) &&
+			zh.FrameContentSize <= uint64(len(src))*zstdMaxRatio {
 			return int(zh.FrameContentSize) + zstdSlack
 		}
 	}
 	return 0
 }
 
+// zstdMaxWindow is the largest zstd window decoded when it exceeds the
+// Decompressor's bound: 128 MiB, the window zstd's level 22 (Kafka's
+// highest) uses for a stream of unknown size.
+const zstdMaxWindow = 128 << 20
+
 // zstdSlack is the spare capacity kept past a zstd frame's content size.
 const zstdSlack = 1024
+
+// zstdMaxRatio bounds what a zstd input can decode to per byte: a block
+// of at least 4 bytes (an RLE block) yields at most 128 KiB. A frame
+// declaring more content than its input can hold is corrupt; it must not
+// size an allocation (the zstd library applies the same bound).
+const zstdMaxRatio = (128 << 10) / 4
+
+// snappyCanHold reports whether a raw snappy block src can decode to n
+// bytes: each snappy element of k bytes yields at most 64*k/3 bytes (a
+// 3-byte copy of 64), so a block declaring more is corrupt and must not
+// size an allocation.
+func snappyCanHold(src []byte, n int) bool {
+	return uint64(n) <= uint64(len(src))*64/3+64
+}
 
 // readBounded appends everything r yields to dst, failing with ErrTooLarge
 // past max bytes. srcLen sizes the first growth.
@@ -253,6 +296,9 @@ func snappyDecode(dst, src []byte, max int) ([]byte, error) {
 	if n > max {
 		return dst, ErrTooLarge
 	}
+	if !snappyCanHold(src, n) {
+		return dst, s2.ErrCorrupt
+	}
 	at := len(dst)
 	dst = growBy(dst, n)
 	if _, err := s2.Decode(dst[at:at+n], src); err != nil {
@@ -279,6 +325,9 @@ func xerialDecode(dst, src []byte, max int) ([]byte, error) {
 		n, err := s2.DecodedLen(rest[:size])
 		if err != nil {
 			return dst, err
+		}
+		if !snappyCanHold(rest[:size], n) {
+			return dst, s2.ErrCorrupt
 		}
 		if total += n; total > max {
 			return dst, ErrTooLarge
