@@ -49,3 +49,11 @@ func ReturnedBuffers() int64 { return recycled.returned.Load() }
 // CollectUntil runs the collector until cond holds, for up to d
 // (collectUntil).
 func CollectUntil(d time.Duration, cond func() bool) bool { return collectUntil(d, cond) }
+
+// PollBuffers returns the decompression buffers f's Release hands back.
+func PollBuffers(f *Fetches) [][]byte {
+	if f.mem == nil {
+		return nil
+	}
+	return f.mem.bufs
+}
