@@ -109,9 +109,10 @@ type Cluster struct {
 	kc     *kfake.Cluster
 	life   chan struct{} // closed when kc is about to close
 	closed bool
-	// gates are the epoch gates installed on kc, by topic (their
-	// latches): a recreation of the topic retires them.
-	gates map[string][]*latch
+	// gates are the epoch gates installed on kc, by topic: a restart
+	// installs those still holding on the new kc, a recreation of the
+	// topic retires them.
+	gates map[string][]*gate
 }
 
 // New starts a cluster (3 brokers unless Brokers says otherwise) and
@@ -253,7 +254,8 @@ func (c *Cluster) start(held map[string]net.Listener, open <-chan struct{}) (*kf
 func (c *Cluster) restart(change func(dir string) error, setup func(kc *kfake.Cluster, life <-chan struct{}) error) error {
 	close(c.life)
 	c.kc.Close()
-	c.gates = nil // they were the closed cluster's
+	pending := c.gates // the closed cluster's: installed again below
+	c.gates = nil
 	changeErr := keepEmptySegments(c.dir)
 	if changeErr == nil {
 		changeErr = change(c.dir)
@@ -269,6 +271,13 @@ func (c *Cluster) restart(change func(dir string) error, setup func(kc *kfake.Cl
 		return fmt.Errorf("%w: restarting the cluster: %v", ErrClosed, err)
 	}
 	c.kc, c.life = kc, make(chan struct{})
+	for _, gs := range pending {
+		for _, g := range gs {
+			if !g.written.done() { // the new epoch still holds no record
+				c.installGate(kc, c.life, g)
+			}
+		}
+	}
 	if changeErr == nil && setup != nil {
 		changeErr = setup(kc, c.life)
 	}

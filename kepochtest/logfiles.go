@@ -347,7 +347,8 @@ func rebuildProducerState(dir, topic string, partition int32, kept []Batch) erro
 }
 
 // keepEmptySegments puts back in each partition's snapshot the empty
-// segment files kfake left out of it: kfake drops an empty segment from
+// segment files kfake left out of it, and gives a partition with no
+// segment file an empty one (see below): kfake drops an empty segment from
 // memory when it loads (an UncleanElection that cut the whole log leaves
 // the first one empty) but not its file, so its next save lists fewer
 // segments than there are files, and its next load ignores the snapshot
@@ -376,6 +377,24 @@ func keepEmptySegments(dir string) error {
 			return err
 		}
 		old, _ := snap["segments"].([]any)
+		if len(bases) == 0 {
+			// No segment file at all (a partition never written, or
+			// one whose every record was deleted): kfake would ignore
+			// the snapshot and start the partition afresh (log start
+			// and end 0, epoch 0, a random leader). An empty segment
+			// at the log start makes it load the snapshot.
+			start := jsonInt(snap["log_start_offset"])
+			f, err := os.OpenFile(filepath.Join(pdir, strconv.FormatInt(start, 10)+".dat"), os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			f.Close()
+			snap["segments"] = []any{map[string]any{"base_offset": start, "size": 0}}
+			if err := writeJSON(snapPath, snap); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(old) == len(bases) {
 			continue
 		}

@@ -243,8 +243,10 @@ func (c *Cluster) EpochEnd(ctx context.Context, topic string, partition, epoch i
 // Produce requests, acks=all, resent unchanged until answered: the broker
 // deduplicates a resend) and returns the offset of each. Every call writes
 // exactly one batch, so the batch boundaries an UncleanElection cuts at
-// are the calls' boundaries; a call takes at most 10000 values of at most
-// 1 MB in all.
+// are the calls' boundaries; a call takes at most 10000 values whose batch
+// is at most 1 MiB (the values and about ten bytes of framing a record;
+// ErrInvalidArgument otherwise), which the broker's default
+// max.message.bytes accepts.
 func (c *Cluster) Produce(ctx context.Context, topic string, partition int32, values ...string) ([]int64, error) {
 	if len(values) == 0 {
 		return nil, nil
@@ -253,7 +255,7 @@ func (c *Cluster) Produce(ctx context.Context, topic string, partition int32, va
 	for _, v := range values {
 		size += len(v)
 	}
-	if len(values) > 10000 || size > 1<<20-64<<10 {
+	if len(values) > 10000 || size > 1<<20 {
 		return nil, opErr("produce", topic, partition, fmt.Errorf("%w: %d values, %d bytes: more than one batch holds", ErrInvalidArgument, len(values), size))
 	}
 	if err := c.alive(); err != nil {
@@ -299,6 +301,9 @@ func (c *Cluster) produce(ctx context.Context, topic string, partition int32, va
 	records, err := b.Finish()
 	if err != nil {
 		return 0, err
+	}
+	if len(records) > 1<<20 {
+		return 0, fmt.Errorf("%w: %d values make a batch of %d bytes, more than 1 MiB", ErrInvalidArgument, len(values), len(records))
 	}
 	var base int64
 	err = c.atLeader(ctx, topic, partition, func(s PartitionState, leader *kgo.Broker) error {

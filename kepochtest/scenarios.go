@@ -172,13 +172,27 @@ func (c *Cluster) waitEpoch(ctx context.Context, topic string, partition, epoch 
 // request until then gives the client the broker's own, correct, answer.
 // The request stays on the broker; nothing is answered for it.
 func (c *Cluster) gateOlderEpochs(kc *kfake.Cluster, life <-chan struct{}, topic string, partition, newEpoch int32, id TopicID) {
-	// Closed once a batch of newEpoch exists. Each held request polls in
-	// a goroutine of its own, and the first to see the batch closes it.
-	written := newLatch()
+	c.installGate(kc, life, &gate{topic: topic, partition: partition, epoch: newEpoch, id: id, written: newLatch()})
+}
+
+// gate is one election's hold on OffsetForLeaderEpoch requests.
+type gate struct {
+	topic            string
+	partition, epoch int32
+	id               TopicID
+	// written is closed once a batch of epoch exists. Each held request
+	// polls in a goroutine of its own, and the first to see the batch
+	// closes it.
+	written *latch
+}
+
+// installGate installs g on kc (a new one, or one a restart carries over).
+func (c *Cluster) installGate(kc *kfake.Cluster, life <-chan struct{}, g *gate) {
+	topic, partition, newEpoch, id, written := g.topic, g.partition, g.epoch, g.id, g.written
 	if c.gates == nil {
-		c.gates = map[string][]*latch{}
+		c.gates = map[string][]*gate{}
 	}
-	c.gates[topic] = append(c.gates[topic], written)
+	c.gates[topic] = append(c.gates[topic], g)
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		select {
 		case <-written.c:
@@ -283,6 +297,9 @@ func (c *Cluster) DeleteRecords(ctx context.Context, topic string, partition int
 	if c.closed {
 		return 0, ErrClosed
 	}
+	if _, err := c.partitionState(ctx, topic, partition); err != nil {
+		return 0, opErr("delete records", topic, partition, err) // ErrUnknownPartition as elsewhere
+	}
 	if err := c.kc.DeleteRecords(topic, partition, offset); err != nil {
 		return 0, opErr("delete records", topic, partition, err)
 	}
@@ -323,8 +340,8 @@ func (c *Cluster) recreateTopic(ctx context.Context, topic string, partitions in
 	}
 	// The gates of the deleted topic's elections are about its epochs,
 	// not the new topic's: release what they hold and retire them.
-	for _, l := range c.gates[topic] {
-		l.close()
+	for _, g := range c.gates[topic] {
+		g.written.close()
 	}
 	delete(c.gates, topic)
 	if err := c.kc.CreateTopic(topic, partitions, nil); err != nil {
@@ -375,3 +392,12 @@ type latch struct {
 func newLatch() *latch { return &latch{c: make(chan struct{})} }
 
 func (l *latch) close() { l.once.Do(func() { close(l.c) }) }
+
+func (l *latch) done() bool {
+	select {
+	case <-l.c:
+		return true
+	default:
+		return false
+	}
+}
