@@ -126,6 +126,10 @@ type Producer struct {
 	// ended (txnLeftKind names it); a retry of the same operation waits on it.
 	txnLeft     chan error
 	txnLeftKind string
+	// offsetsBusy: SendOffsetsToTransaction calls under way; Commit and
+	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
+	offsetsBusy int
+	offsetsIdle chan struct{}
 }
 
 // New creates a producer. An idempotent producer asks for its producer ID

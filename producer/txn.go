@@ -104,6 +104,18 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
 	p.mu.Lock()
+	for kind != "init" && p.offsetsBusy > 0 {
+		// A SendOffsetsToTransaction is under way: EndTxn must not
+		// overtake its TxnOffsetCommit.
+		idle := p.offsetsIdle
+		p.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+	}
 	var done chan error
 	switch {
 	case p.txnLeft != nil && p.txnLeftKind == kind:

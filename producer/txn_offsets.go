@@ -44,11 +44,25 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 	}
 	p.mu.Lock()
 	if st := p.txn.State(); st != TxnInTransaction {
+		err := p.txn.stateErr() // ErrAbortRequired, ErrProducerFatal or ErrTxnState
 		p.mu.Unlock()
-		return fmt.Errorf("producer: %w: no open transaction (state %v)", ErrTxnState, st)
+		return fmt.Errorf("producer: committing offsets: %w", err)
 	}
 	id := p.seq.Producer()
+	// Commit and Abort wait until this call is done: EndTxn must follow the
+	// TxnOffsetCommit's answer (as Java orders them).
+	if p.offsetsBusy == 0 {
+		p.offsetsIdle = make(chan struct{})
+	}
+	p.offsetsBusy++
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		if p.offsetsBusy--; p.offsetsBusy == 0 {
+			close(p.offsetsIdle)
+		}
+		p.mu.Unlock()
+	}()
 
 	// 1. AddOffsetsToTxn: the transaction coordinator learns the group.
 	add := kmsg.NewPtrAddOffsetsToTxnRequest()
