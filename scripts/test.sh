@@ -52,6 +52,9 @@ pkgs=$(go list ./...) # a failing go list stops the run here (set -e)
 mapfile -t unit < <(grep -v /integration <<<"$pkgs")
 run go test -race -count=1 -timeout 15m "${unit[@]}"
 
+echo "== producer chaos test (without -race: kfake's SleepControl races under it)"
+run go test -count=1 -timeout 5m -run '^TestIdempotentChaos$' ./producer/
+
 echo "== real-cluster tests (-race)"
 KEPOCH_KAFKA=1 run go test -race -count=1 -timeout 25m ./integration/
 
