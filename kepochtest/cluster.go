@@ -111,8 +111,12 @@ type Cluster struct {
 	closed bool
 	// gates are the epoch gates installed on kc, by topic: a restart
 	// installs those still holding on the new kc, a recreation of the
-	// topic retires them.
-	gates map[string][]*gate
+	// topic retires them. kc's one OffsetForLeaderEpoch control reads
+	// them (on kfake's goroutine: gateMu, never mu); gateKC is the kc
+	// that control is installed on.
+	gateMu sync.Mutex
+	gates  map[string][]*gate
+	gateKC *kfake.Cluster
 }
 
 // New starts a cluster (3 brokers unless Brokers says otherwise) and
@@ -254,8 +258,10 @@ func (c *Cluster) start(held map[string]net.Listener, open <-chan struct{}) (*kf
 func (c *Cluster) restart(change func(dir string) error, setup func(kc *kfake.Cluster, life <-chan struct{}) error) error {
 	close(c.life)
 	c.kc.Close()
+	c.gateMu.Lock()
 	pending := c.gates // the closed cluster's: installed again below
 	c.gates = nil
+	c.gateMu.Unlock()
 	changeErr := keepEmptySegments(c.dir)
 	if changeErr == nil {
 		changeErr = change(c.dir)

@@ -187,35 +187,55 @@ type gate struct {
 }
 
 // installGate installs g on kc (a new one, or one a restart carries over).
+// All of kc's gates share one control, which holds a request for every gate
+// it falls under in a single sleep: kfake's sleep queue races when one
+// request sleeps twice (two controls each holding it).
 func (c *Cluster) installGate(kc *kfake.Cluster, life <-chan struct{}, g *gate) {
-	topic, partition, newEpoch, id, written := g.topic, g.partition, g.epoch, g.id, g.written
+	c.gateMu.Lock()
 	if c.gates == nil {
 		c.gates = map[string][]*gate{}
 	}
-	c.gates[topic] = append(c.gates[topic], g)
+	c.gates[g.topic] = append(c.gates[g.topic], g)
+	first := c.gateKC != kc
+	c.gateKC = kc
+	c.gateMu.Unlock()
+	if !first {
+		return
+	}
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-written.c:
-			kc.DropControl()
-			return nil, nil, false
-		default:
-		}
 		kc.KeepControl()
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		hold := false
-		for _, rt := range req.Topics {
-			if rt.Topic != topic {
-				continue
-			}
-			for _, rp := range rt.Partitions {
-				hold = hold || rp.Partition == partition && rp.LeaderEpoch < newEpoch
-			}
-		}
-		if hold {
-			kc.SleepControl(func() { c.awaitEpochWritten(life, topic, partition, newEpoch, id, written) })
+		holding := c.gatesHolding(kr.(*kmsg.OffsetForLeaderEpochRequest))
+		if len(holding) > 0 {
+			kc.SleepControl(func() {
+				for _, g := range holding {
+					c.awaitEpochWritten(life, g.topic, g.partition, g.epoch, g.id, g.written)
+				}
+			})
 		}
 		return nil, nil, false
 	})
+}
+
+// gatesHolding returns the open gates that hold req: it asks about an epoch
+// of their partition below their new epoch.
+func (c *Cluster) gatesHolding(req *kmsg.OffsetForLeaderEpochRequest) []*gate {
+	c.gateMu.Lock()
+	defer c.gateMu.Unlock()
+	var out []*gate
+	for _, rt := range req.Topics {
+		for _, g := range c.gates[rt.Topic] {
+			if g.written.done() {
+				continue
+			}
+			for _, rp := range rt.Partitions {
+				if rp.Partition == g.partition && rp.LeaderEpoch < g.epoch {
+					out = append(out, g)
+					break
+				}
+			}
+		}
+	}
+	return out
 }
 
 // awaitEpochWritten polls the partition's last batch (with the probe
@@ -340,10 +360,12 @@ func (c *Cluster) recreateTopic(ctx context.Context, topic string, partitions in
 	}
 	// The gates of the deleted topic's elections are about its epochs,
 	// not the new topic's: release what they hold and retire them.
+	c.gateMu.Lock()
 	for _, g := range c.gates[topic] {
 		g.written.close()
 	}
 	delete(c.gates, topic)
+	c.gateMu.Unlock()
 	if err := c.kc.CreateTopic(topic, partitions, nil); err != nil {
 		return Recreation{}, err
 	}
