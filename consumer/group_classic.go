@@ -459,7 +459,13 @@ func (g *group) waitSession(sess context.Context, end context.CancelCauseFunc, t
 	}
 	sort.Strings(watch)
 	watch = slices.Compact(watch)
+	// A leader compares with the counts it assigned from: partitions
+	// added after it read them (while SyncGroup, OffsetFetch or OnAssigned
+	// ran) must still trigger a rejoin.
 	base := g.cachedCounts(watch)
+	if counts != nil {
+		base = maps.Clone(counts)
+	}
 	g.mu.Lock()
 	regex := g.regex != nil
 	g.mu.Unlock()
@@ -489,7 +495,7 @@ func (g *group) waitSession(sess context.Context, end context.CancelCauseFunc, t
 func (g *group) cachedCounts(topics []string) map[string]int32 {
 	out := map[string]int32{}
 	for _, t := range topics {
-		if tm, err := g.c.meta.Topic(t); err == nil {
+		if tm, err := g.c.meta.Topic(t); err == nil && len(tm.Partitions) > 0 {
 			out[t] = int32(len(tm.Partitions))
 		}
 	}

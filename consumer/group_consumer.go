@@ -46,6 +46,10 @@ type memberState848 struct {
 	epoch       int32
 	interval    time.Duration
 	coordinator int32 // -1: unknown
+	// regexSent: the coordinator may hold a regex subscription of this
+	// member; a null regex means "unchanged" to it, so a member that
+	// switches to topic names must send an empty regex to clear it.
+	regexSent bool
 }
 
 func (g *group) runConsumer() {
@@ -212,8 +216,13 @@ func (g *group) heartbeat848(ctx context.Context, st *memberState848) (*kmsg.Con
 	if re != "" {
 		req.SubscribedTopicRegex = &re
 		req.SubscribedTopicNames = []string{}
+		st.regexSent = true
 	} else {
 		req.SubscribedTopicNames = append([]string{}, topics...)
+		if st.regexSent {
+			none := ""
+			req.SubscribedTopicRegex = &none
+		}
 	}
 	if g.cfg.serverAssignor != "" {
 		sa := g.cfg.serverAssignor
