@@ -168,6 +168,17 @@ func TestCommittedPositionAcrossALeaderMove(t *testing.T) {
 // truncate installs kfake controls that make partition 0 look truncated to
 // end at offset `to` in epoch 0: OffsetForLeaderEpoch(0) answers (0, to).
 func truncate(c *kfake.Cluster, to int64) {
+	answerEpochEnds(c, func(rp kmsg.OffsetForLeaderEpochRequestTopicPartition) (int32, int64) {
+		if rp.LeaderEpoch == 0 {
+			return 0, to
+		}
+		return rp.LeaderEpoch, 1 << 40
+	})
+}
+
+// answerEpochEnds answers every OffsetForLeaderEpoch itself: each partition
+// with the (epoch, end offset) end gives for it.
+func answerEpochEnds(c *kfake.Cluster, end func(kmsg.OffsetForLeaderEpochRequestTopicPartition) (int32, int64)) {
 	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
@@ -178,11 +189,7 @@ func truncate(c *kfake.Cluster, to int64) {
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 				sp.Partition = rp.Partition
-				if rp.LeaderEpoch == 0 {
-					sp.LeaderEpoch, sp.EndOffset = 0, to
-				} else {
-					sp.LeaderEpoch, sp.EndOffset = rp.LeaderEpoch, 1<<40
-				}
+				sp.LeaderEpoch, sp.EndOffset = end(rp)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)
@@ -367,22 +374,7 @@ func TestSeekToNearestEnds(t *testing.T) {
 	})
 	t.Run("unlocated", func(t *testing.T) {
 		c, cons := setup(t)
-		c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-			c.KeepControl()
-			req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-			resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-			for _, rt := range req.Topics {
-				st := kmsg.NewOffsetForLeaderEpochResponseTopic()
-				st.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-					sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, -1, -1
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
-		})
+		answerEpochEnds(c, func(kmsg.OffsetForLeaderEpochRequestTopicPartition) (int32, int64) { return -1, -1 })
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := cons.SeekToNearest(ctx, topic, 0, consumer.OffsetAndMetadata{Offset: 5, LeaderEpoch: 0})

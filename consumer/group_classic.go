@@ -113,30 +113,14 @@ func (g *group) revokeEager(ctx context.Context, j *joined) {
 		g.revokeParts(ctx, owned, true, false)
 		return
 	}
-	hctx, stop := context.WithCancel(ctx)
+	hctx, stop := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(g.cfg.heartbeatInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-hctx.Done():
-				return
-			case <-t.C:
-			}
-			req := kmsg.NewPtrHeartbeatRequest()
-			req.Group, req.Generation, req.MemberID, req.InstanceID = g.cfg.id, j.generation, j.memberID, g.cfg.instanceID
-			rctx, cancel := context.WithTimeout(hctx, g.cfg.sessionTimeout)
-			resp, err := req.RequestWith(rctx, g.c.cl)
-			cancel()
-			if err == nil && resp.ErrorCode != 0 && resp.ErrorCode != kerr.RebalanceInProgress.Code {
-				return
-			}
-		}
+		g.heartbeat(hctx, stop, *j, kerr.RebalanceInProgress)
 	}()
 	g.revokeParts(ctx, owned, true, false)
-	stop()
+	stop(nil)
 	<-done
 }
 
@@ -148,7 +132,7 @@ func (g *group) session(j joined, topics []string, counts map[string]int32, assi
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		g.heartbeat(sess, end, j)
+		g.heartbeat(sess, end, j, nil)
 	}()
 
 	owned := g.ownedSet()
@@ -418,8 +402,9 @@ func (g *group) lead(ctx context.Context, j joined, topics []string) (map[string
 }
 
 // heartbeat sends Heartbeat every interval until sess ends, and ends the
-// session with the error of the first answer that is not NONE.
-func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j joined) {
+// session with the error of the first answer that is neither NONE nor
+// tolerated (nil: nothing is).
+func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j joined, tolerated error) {
 	t := time.NewTicker(g.cfg.heartbeatInterval)
 	defer t.Stop()
 	for {
@@ -439,7 +424,7 @@ func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j j
 		if err != nil {
 			continue // transport trouble: the next beat retries
 		}
-		if err := codeErr(resp.ErrorCode); err != nil {
+		if err := codeErr(resp.ErrorCode); err != nil && (tolerated == nil || !errors.Is(err, tolerated)) {
 			end(&GroupError{Group: g.cfg.id, Op: "heartbeat", Err: err})
 			return
 		}

@@ -172,14 +172,17 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 func (p *part) revoke() {
 	p.m.Step(seek.Revoked{})
 	p.fetch = nil
-	p.endNearest(Position{}, &errors.PartitionError{Op: "seek", Topic: p.tp.Topic, Partition: p.tp.Partition,
-		Offset: -1, LeaderEpoch: NoEpoch, Err: errNotAssigned})
+	p.abandonNearest(errNotAssigned)
 }
 
 // supersedeNearest ends a waiting SeekToNearest: p is sought again.
-func (p *part) supersedeNearest() {
+func (p *part) supersedeNearest() { p.abandonNearest(ErrSeekSuperseded) }
+
+// abandonNearest ends a waiting SeekToNearest with a *PartitionError
+// wrapping why it did not land anywhere.
+func (p *part) abandonNearest(why error) {
 	p.endNearest(Position{}, &errors.PartitionError{Op: "seek", Topic: p.tp.Topic, Partition: p.tp.Partition,
-		Offset: -1, LeaderEpoch: NoEpoch, Err: ErrSeekSuperseded})
+		Offset: -1, LeaderEpoch: NoEpoch, Err: why})
 }
 
 // nearestResult is how a SeekToNearest ends: where the partition landed,

@@ -418,7 +418,7 @@ func keepEmptySegments(dir string) error {
 			}
 			segs = append(segs, map[string]any{"base_offset": base, "size": 0})
 		}
-		if !ok || len(segs) != len(bases) {
+		if !ok {
 			continue
 		}
 		snap["segments"] = segs

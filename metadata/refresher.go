@@ -291,38 +291,27 @@ func (r *Refresher) Stats() Stats {
 // and an error wrapping ErrTopicIDChanged. It returns ctx's error when ctx
 // ends and ErrClosed when the refresher is closed.
 func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpoch int32) (Partition, error) {
-	unwatch := r.Watch(topic)
-	defer unwatch()
+	var p Partition
 	var id TopicID
-	if t := r.cur.Load().topics[topic]; t != nil {
-		id = t.ID
-	}
-	for {
-		r.mu.Lock()
-		changed, closed := r.changed, r.closed
-		r.mu.Unlock()
-		if closed {
-			return Partition{}, errors.ErrClosed
+	first := true
+	err := r.waitUntil(ctx, topic, func(s *state) (bool, error) {
+		if first {
+			first = false
+			if t := s.topics[topic]; t != nil {
+				id = t.ID
+			}
 		}
-		p, err := r.cur.Load().lookup(topic, partition)
+		var err error
+		p, err = s.lookup(topic, partition)
 		if !id.IsZero() && !p.TopicID.IsZero() && p.TopicID != id {
-			return p, &errors.PartitionError{Op: "wait", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: p.LeaderEpoch, Err: errors.ErrTopicIDChanged}
+			return true, &errors.PartitionError{Op: "wait", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: p.LeaderEpoch, Err: errors.ErrTopicIDChanged}
 		}
 		if id.IsZero() {
 			id = p.TopicID
 		}
-		if err == nil && p.LeaderEpoch >= minEpoch {
-			return p, nil
-		}
-		r.Trigger(ReasonWait)
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return p, ctx.Err()
-		case <-r.done:
-			return p, errors.ErrClosed
-		}
-	}
+		return err == nil && p.LeaderEpoch >= minEpoch, nil
+	})
+	return p, err
 }
 
 // WaitForTopic waits until the topic is known with at least one partition,
@@ -332,6 +321,29 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // error when ctx ends, ErrClosed when the refresher is closed, and the
 // topic's error when the brokers refuse it for good (not retriable).
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
+	var t Topic
+	var v Version
+	err := r.waitUntil(ctx, topic, func(*state) (bool, error) {
+		var err error
+		t, v, err = r.TopicAt(topic)
+		if err != nil && !errors.IsRetriable(err) {
+			// Refused for good (TOPIC_AUTHORIZATION_FAILED,
+			// INVALID_TOPIC_EXCEPTION): waiting cannot help.
+			return true, err
+		}
+		return err == nil && len(t.Partitions) > 0, nil
+	})
+	if err != nil && (errors.Is(err, errors.ErrClosed) || ctx.Err() != nil) {
+		return Topic{}, Version{}, err
+	}
+	return t, v, err
+}
+
+// waitUntil watches topic while ready (given the current view) is false,
+// triggering refreshes (ReasonWait, spaced by the backoff) and waiting for
+// each change. It returns ready's error, ctx's when ctx ends, and
+// ErrClosed when the refresher is closed.
+func (r *Refresher) waitUntil(ctx context.Context, topic string, ready func(*state) (bool, error)) error {
 	unwatch := r.Watch(topic)
 	defer unwatch()
 	for {
@@ -339,24 +351,18 @@ func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Vers
 		changed, closed := r.changed, r.closed
 		r.mu.Unlock()
 		if closed {
-			return Topic{}, Version{}, errors.ErrClosed
+			return errors.ErrClosed
 		}
-		t, v, err := r.TopicAt(topic)
-		if err == nil && len(t.Partitions) > 0 {
-			return t, v, nil
-		}
-		if err != nil && !errors.IsRetriable(err) {
-			// Refused for good (TOPIC_AUTHORIZATION_FAILED,
-			// INVALID_TOPIC_EXCEPTION): waiting cannot help.
-			return t, v, err
+		if ok, err := ready(r.cur.Load()); ok || err != nil {
+			return err
 		}
 		r.Trigger(ReasonWait)
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return Topic{}, Version{}, ctx.Err()
+			return ctx.Err()
 		case <-r.done:
-			return Topic{}, Version{}, errors.ErrClosed
+			return errors.ErrClosed
 		}
 	}
 }

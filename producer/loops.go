@@ -10,6 +10,7 @@ import (
 
 	"github.com/kepoch/kepoch/errors"
 	recbatch "github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/internal/wire"
 	"github.com/kepoch/kepoch/metadata"
 )
 
@@ -114,18 +115,29 @@ func (p *Producer) splitLocked(ref BatchRef) {
 	parts := make([]*pbatch, len(refs))
 	at := 0
 	for i, r := range refs {
-		nb := &pbatch{tp: b.tp, recs: b.recs[at : at+int(counts[i]) : at+int(counts[i])], created: b.created, deadline: b.deadline,
-			ref: r, assigned: true, epoch: b.epoch, recovery: b.recovery, no: b.no, size: recbatch.HeaderSize}
+		nb := splitPart(b, b.recs[at:at+int(counts[i]):at+int(counts[i])])
+		nb.ref, nb.assigned, nb.recovery = r, true, b.recovery
 		at += int(counts[i])
-		for _, pr := range nb.recs {
-			nb.size += int(pr.size)
-		}
 		parts[i] = nb
 		p.batches[r] = nb
 	}
-	// The parts take the batch's place in its partition's report order,
-	// and in what Flush calls wait for.
-	if ps := p.parts[b.tp]; ps != nil {
+	p.replaceSplitLocked(p.parts[b.tp], b, parts)
+}
+
+// splitPart is a part of b's split holding recs: b's partition, times,
+// leader epoch and Flush number.
+func splitPart(b *pbatch, recs []pending) *pbatch {
+	nb := &pbatch{tp: b.tp, recs: recs, created: b.created, deadline: b.deadline, epoch: b.epoch, no: b.no, size: recbatch.HeaderSize}
+	for _, pr := range recs {
+		nb.size += int(pr.size)
+	}
+	return nb
+}
+
+// replaceSplitLocked puts the parts of b's split in its place in its
+// partition's report order (ps may be nil), and in what Flush calls wait for.
+func (p *Producer) replaceSplitLocked(ps *pstate, b *pbatch, parts []*pbatch) {
+	if ps != nil {
 		ps.replaceInOrder(b, parts)
 	}
 	p.undelivered += len(parts) - 1
@@ -145,24 +157,10 @@ func (p *Producer) splitPlainLocked(ps *pstate, b *pbatch) {
 		b.encoded = nil
 	}
 	h := len(b.recs) / 2
-	parts := []*pbatch{
-		{tp: b.tp, recs: b.recs[:h:h], created: b.created, deadline: b.deadline, epoch: b.epoch, no: b.no, size: recbatch.HeaderSize},
-		{tp: b.tp, recs: b.recs[h:], created: b.created, deadline: b.deadline, epoch: b.epoch, no: b.no, size: recbatch.HeaderSize},
-	}
-	for _, nb := range parts {
-		for _, pr := range nb.recs {
-			nb.size += int(pr.size)
-		}
-	}
+	parts := []*pbatch{splitPart(b, b.recs[:h:h]), splitPart(b, b.recs[h:])}
 	ps.inflight = nil
 	ps.queue = append(parts, ps.queue...)
-	ps.replaceInOrder(b, parts)
-	p.undelivered++
-	for _, w := range p.flushers {
-		if b.no < w.limit && w.remaining > 0 {
-			w.remaining++
-		}
-	}
+	p.replaceSplitLocked(ps, b, parts)
 }
 
 // pidLoop sends InitProducerId whenever the producer needs a producer ID,
@@ -284,14 +282,14 @@ func (p *Producer) expireLoop() {
 				// Batches never sent: certainly not written.
 				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
 					b := ps.popQueue()
-					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
+					p.finishLocked(b, expiredErr(b, -1), -1, nil)
 					expiredUnsent = true
 				}
 				if b := ps.inflight; b != nil && !b.retryAt.IsZero() && !now.Before(b.deadline) {
 					// Non-idempotent batch waiting for its retry (not on
 					// the wire): it may wait for a leader forever.
 					ps.inflight = nil
-					var err error = &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: b.epoch, Err: ErrDeliveryTimeout}
+					err := expiredErr(b, b.epoch)
 					if b.maybe {
 						err = errors.Join(err, errors.ErrUnknownOutcome)
 					}
@@ -300,7 +298,7 @@ func (p *Producer) expireLoop() {
 				if ps.open != nil && !now.Before(ps.open.deadline) {
 					b := ps.open
 					ps.open = nil
-					p.finishLocked(b, &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: ErrDeliveryTimeout}, -1, nil)
+					p.finishLocked(b, expiredErr(b, -1), -1, nil)
 					expiredUnsent = true
 				}
 				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0 || ps.inflight != nil) {
@@ -316,6 +314,12 @@ func (p *Producer) expireLoop() {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// expiredErr is the report of a batch whose delivery deadline passed before
+// it could be sent (epoch: the leader epoch it was last sent under, or -1).
+func expiredErr(b *pbatch, epoch int32) error {
+	return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: epoch, Err: ErrDeliveryTimeout}
 }
 
 // ledgerTask is one acked-write check to send: an OffsetForLeaderEpoch
@@ -525,26 +529,12 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 // logStart asks the leader for the partition's log start offset
 // (ListOffsets, EARLIEST).
 func (p *Producer) logStart(leader int32, tp TopicPartition, current int32) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = tp.Topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = tp.Partition
-	rp.CurrentLeaderEpoch = current
-	rp.Timestamp = -2 // earliest
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
 	defer cancel()
-	resp, err := req.RequestWith(ctx, p.cl.Broker(int(leader)))
+	r, err := wire.ListOffset(ctx, p.cl.Broker(int(leader)), tp.Topic, tp.Partition, current, -2)
 	if err != nil {
 		return -1, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return -1, kerr.UnknownServerError
-	}
-	r := resp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
 		return -1, err
 	}

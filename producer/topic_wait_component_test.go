@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -34,17 +35,25 @@ func (l leaderlessP0) Request(ctx context.Context, req kmsg.Request) (kmsg.Respo
 	return resp, err
 }
 
-// A record for partition 1 of a known 3-partition topic must be accepted
-// while partition 0 has no leader.
-func TestProduceNotBlockedByLeaderlessPartition0(t *testing.T) {
-	c := newCluster(t, 3)
+// leaderlessP0Refresher is a refresher for c whose answers make partition 0
+// of every topic leaderless; it is closed when the test ends.
+func leaderlessP0Refresher(t *testing.T, c *kfake.Cluster) *metadata.Refresher {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
 	r := metadata.NewRefresher(leaderlessP0{cl}, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	t.Cleanup(r.Close)
+	return r
+}
+
+// A record for partition 1 of a known 3-partition topic must be accepted
+// while partition 0 has no leader.
+func TestProduceNotBlockedByLeaderlessPartition0(t *testing.T) {
+	c := newCluster(t, 3)
+	r := leaderlessP0Refresher(t, c)
 	p := newProducer(t, c, producer.WithMetadata(r), producer.DisableIdempotence())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -98,13 +107,7 @@ func TestCloseEndsProduceWaitingForTopic(t *testing.T) {
 // anew.
 func TestUnkeyedRecordsAvoidLeaderlessPartitions(t *testing.T) {
 	c := newCluster(t, 3)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(leaderlessP0{cl}, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := leaderlessP0Refresher(t, c)
 	p := newProducer(t, c, producer.WithMetadata(r), producer.RequestTimeout(500*time.Millisecond), producer.DeliveryTimeout(5*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
