@@ -1,6 +1,7 @@
 // Package wire sends raw single-partition requests to one broker, through
 // a franz-go client used as transport: the broker's own answers that the
-// integration tests, the kepochtest harness and the ops CLI read directly.
+// integration tests, the kepochtest harness and the ops CLI read directly,
+// and the log start the producer's ack ledger asks for.
 // Each returns the partition's answer as the broker gave it, error code
 // included (its meaning is the caller's), or the error that kept it from
 // arriving whole.
