@@ -26,6 +26,13 @@ var (
 	// one.
 	ErrTopicIDChanged = New("kepoch: topic ID changed (topic recreated)")
 
+	// ErrMetadataTimeout: a topic's metadata (its partitions) did not
+	// arrive within the wait its caller allows (the producer's
+	// MetadataWait): the topic does not exist and is not created, or no
+	// broker answers for it. The error that carries it also wraps the
+	// topic's last error, such as ErrUnknownTopicOrPartition.
+	ErrMetadataTimeout = New("kepoch: topic metadata not available in time")
+
 	// ErrClosed: the object was closed; the call did nothing.
 	ErrClosed = New("kepoch: closed")
 

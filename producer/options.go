@@ -54,6 +54,7 @@ type cfg struct {
 	partitioner  Partitioner
 	ledgerRanges int
 	metaMaxAge   time.Duration
+	metaWait     time.Duration
 
 	onOutcome   func(Outcome)
 	onAckedLoss func(AckedWritesLost)
@@ -74,6 +75,7 @@ func defaultCfg() cfg {
 		maxInFlight:  MaxInFlightPerPartition,
 		ledgerRanges: DefaultLedgerRanges,
 		metaMaxAge:   30 * time.Second,
+		metaWait:     DefaultMetadataWait,
 	}
 }
 
@@ -105,6 +107,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("producer: MaxInFlightPerPartition %d out of range [1, %d]", c.maxInFlight, MaxInFlightPerPartition)
 	case c.metaMaxAge < 100*time.Millisecond:
 		return fmt.Errorf("producer: MetadataMaxAge %v < 100ms", c.metaMaxAge)
+	case c.metaWait <= 0:
+		return fmt.Errorf("producer: MetadataWait %v ≤ 0", c.metaWait)
 	case c.txnTimeout < time.Second:
 		return fmt.Errorf("producer: TransactionTimeout %v < 1s", c.txnTimeout)
 	}
@@ -189,6 +193,20 @@ func DeliveryTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.deli
 // RequestTimeout bounds each request to a broker (default 30s). A Produce
 // that times out has an unknown outcome: it may have been written.
 func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.requestTO = d }) }
+
+// MetadataWait bounds how long Produce (and ProduceSync) waits for the
+// partitions of a topic it has no metadata for (default
+// DefaultMetadataWait, the Java client's max.block.ms). Past it the call
+// returns a *errors.PartitionError (Partition -1) matching
+// errors.ErrMetadataTimeout and the topic's last error, typically
+// errors.ErrUnknownTopicOrPartition: a misspelt topic, or one that is not
+// created, fails instead of blocking as long as the context allows
+// (forever with context.Background). The call's context still ends the
+// wait earlier.
+func MetadataWait(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metaWait = d }) }
+
+// DefaultMetadataWait is the default MetadataWait.
+const DefaultMetadataWait = time.Minute
 
 // RetryBackoff is the pause before a retry (default 100ms).
 func RetryBackoff(d time.Duration) Opt { return optFunc(func(c *cfg) { c.retryBackoff = d }) }

@@ -248,7 +248,9 @@ func (p *Producer) Bumps() int {
 }
 
 // Produce buffers r for sending and calls cb once with its delivery report
-// (cb may be nil). It blocks while the buffer is full, until ctx ends.
+// (cb may be nil). It blocks while the buffer is full, until ctx ends, and
+// while the topic's partitions are not known, until ctx ends or for
+// MetadataWait at most.
 //
 // Callbacks (cb, OnOutcome, OnAckedWritesLost) run on one producer
 // goroutine, one at a time, never with the producer's lock held; a
@@ -519,16 +521,20 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 	t, v, err := p.meta.TopicAt(name)
 	if err != nil || len(t.Partitions) == 0 {
 		// Only the partition count is needed, not any partition's
-		// leader; and Close ends the wait (a shared refresher is not
-		// closed with the producer).
-		wctx, cancel := context.WithCancel(ctx)
+		// leader; Close ends the wait (a shared refresher is not
+		// closed with the producer), and so does MetadataWait.
+		wctx, cancel := context.WithTimeoutCause(ctx, p.cfg.metaWait, errMetadataWait)
 		stop := context.AfterFunc(p.ctx, cancel)
 		t, v, err = p.meta.WaitForTopic(wctx, name)
 		stop()
 		cancel()
 		if err != nil {
-			if p.ctx.Err() != nil && ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case p.ctx.Err() != nil:
 				err = errors.ErrClosed
+			case context.Cause(wctx) == errMetadataWait:
+				err = p.metadataTimeout(name)
 			}
 			return 0, [16]byte{}, err
 		}
@@ -537,6 +543,24 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 		p.lastShape.Store(&topicShape{name: name, version: v, partitions: int32(len(t.Partitions)), id: t.ID})
 	}
 	return int32(len(t.Partitions)), t.ID, nil
+}
+
+// errMetadataWait is the cause of a topic wait cut by MetadataWait.
+var errMetadataWait = errors.New("metadata wait over")
+
+// metadataTimeout is Produce's error for a topic whose partitions did not
+// arrive within MetadataWait: ErrMetadataTimeout with the topic's last
+// error from metadata.
+func (p *Producer) metadataTimeout(name string) error {
+	last := fmt.Errorf("topic has no partitions")
+	if _, _, err := p.meta.TopicAt(name); err != nil {
+		last = err
+		if pe, ok := errors.AsType[*errors.PartitionError](err); ok {
+			last = pe.Err
+		}
+	}
+	return &errors.PartitionError{Op: "produce", Topic: name, Partition: -1, Offset: -1, LeaderEpoch: -1,
+		Err: fmt.Errorf("%w after %v: %w", errors.ErrMetadataTimeout, p.cfg.metaWait, last)}
 }
 
 // topicShape is what Produce needs of a topic, as of one metadata Version:

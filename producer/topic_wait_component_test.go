@@ -124,3 +124,61 @@ func TestUnkeyedRecordsAvoidLeaderlessPartitions(t *testing.T) {
 		}
 	}
 }
+
+// A Produce to a topic that does not exist (and is not created) fails after
+// MetadataWait with ErrMetadataTimeout and the broker's
+// UNKNOWN_TOPIC_OR_PARTITION, instead of blocking as long as its context
+// allows (forever with context.Background); ProduceSync likewise. A topic
+// created within the wait is produced to.
+func TestProduceUnknownTopicMetadataWait(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.MetadataWait(300*time.Millisecond))
+	start := time.Now()
+	err := p.Produce(context.Background(), &producer.Record{Topic: "no-such-topic", Value: []byte("v")},
+		func(producer.Result) { t.Error("callback of a record never buffered") })
+	if el := time.Since(start); el < 300*time.Millisecond || el > 5*time.Second {
+		t.Fatalf("Produce returned after %v; want about MetadataWait (300ms)", el)
+	}
+	pe, ok := errors.AsType[*errors.PartitionError](err)
+	if !ok || pe.Topic != "no-such-topic" || pe.Partition != -1 ||
+		!errors.Is(err, errors.ErrMetadataTimeout) || !errors.Is(err, errors.ErrUnknownTopicOrPartition) {
+		t.Fatalf("Produce to a missing topic: %v (%T); want a PartitionError matching ErrMetadataTimeout and ErrUnknownTopicOrPartition", err, err)
+	}
+	if _, err := p.ProduceSync(context.Background(), &producer.Record{Topic: "no-such-topic", Value: []byte("v")}); !errors.Is(err, errors.ErrMetadataTimeout) {
+		t.Fatalf("ProduceSync to a missing topic: %v; want ErrMetadataTimeout", err)
+	}
+	// The caller's context still ends the wait first.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Produce(ctx, &producer.Record{Topic: "no-such-topic", Value: []byte("v")}, nil); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errors.ErrMetadataTimeout) {
+		t.Fatalf("Produce with a shorter context: %v; want the context's error", err)
+	}
+
+	// A topic created while Produce waits is produced to.
+	p2 := newProducer(t, c, producer.MetadataWait(10*time.Second))
+	time.AfterFunc(300*time.Millisecond, func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		req := kmsg.NewCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "late-topic", 1, 1
+		req.Topics = append(req.Topics, rt)
+		if _, err := req.RequestWith(context.Background(), cl); err != nil {
+			t.Error(err)
+		}
+	})
+	res, err := p2.ProduceSync(testCtx(t, 15*time.Second), &producer.Record{Topic: "late-topic", Value: []byte("v")})
+	if err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("ProduceSync to a topic created during the wait: %v %v", res, err)
+	}
+}
+
+func TestMetadataWaitValidated(t *testing.T) {
+	if _, err := producer.New(producer.SeedBrokers("127.0.0.1:1"), producer.MetadataWait(0)); err == nil {
+		t.Fatal("New accepted MetadataWait(0)")
+	}
+}
