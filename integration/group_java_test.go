@@ -229,6 +229,20 @@ func TestGroupInteropWithJava(t *testing.T) {
 			if _, err := c.CreateTopic(ctx, topic, [][]int32{{1, 2}, {2, 3}, {3, 1}, {1, 3}}, nil); err != nil {
 				t.Fatal(err)
 			}
+			// Every record is written in leader epoch 1, not 0 (what
+			// an unset epoch field also holds): a commit that dropped
+			// or zeroed its epoch would then be told apart, here and
+			// by the other client, whose validation of epoch 0 at
+			// offset 10 finds that epoch ended at 0 (a truncation).
+			for p := int32(0); p < 4; p++ {
+				st, err := c.MoveLeader(ctx, topic, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.LeaderEpoch < 1 {
+					t.Fatalf("after moving the leader: %v", st)
+				}
+			}
 			produce := func(from, to int) {
 				t.Helper()
 				for p := int32(0); p < 4; p++ {
@@ -310,6 +324,19 @@ func TestGroupInteropWithJava(t *testing.T) {
 				waitUntil(t, 30*time.Second, "kepoch owns 4 and read 40", func() bool { return kCount() == 4 && kTotal() == 40 })
 				if err := k.CommitSync(ctx, nil); err != nil {
 					t.Fatal(err)
+				}
+				cm, err := k.Committed(ctx, tp(topic, 0), tp(topic, 1), tp(topic, 2), tp(topic, 3))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for p := int32(0); p < 4; p++ {
+					st, err := c.Describe(ctx, topic, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if om := cm[tp(topic, p)]; om.Offset != 10 || om.LeaderEpoch != st.LeaderEpoch {
+						t.Fatalf("kepoch's commit of %d: %+v; want 10 with leader epoch %d", p, om, st.LeaderEpoch)
+					}
 				}
 				logf("kepoch member read 40 records and committed")
 				j = startJava(t, group, topic, tc.protocol.String(), tc.javaClass)

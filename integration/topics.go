@@ -254,6 +254,54 @@ func (c *Cluster) ElectPreferred(ctx context.Context, topic string, partition in
 	return c.elect(ctx, 0, topic, partition)
 }
 
+// MoveLeader makes the partition's second replica its leader without
+// stopping a broker: it reorders the replicas (a reassignment to the same
+// set, which moves no data) and runs a preferred election, so the leader
+// epoch goes up by one. It returns the new state. A test that must tell a
+// leader epoch from an unset one (0 in many wire fields) moves the leader
+// before writing.
+func (c *Cluster) MoveLeader(ctx context.Context, topic string, partition int32) (PartitionState, error) {
+	st, err := c.Describe(ctx, topic, partition)
+	if err != nil {
+		return st, err
+	}
+	if len(st.Replicas) < 2 || len(st.ISR) != len(st.Replicas) {
+		return st, fmt.Errorf("move leader of %v: needs two or more replicas, all in sync", st)
+	}
+	order := append(append([]int32{}, st.Replicas[1:]...), st.Replicas[0])
+	req := kmsg.NewPtrAlterPartitionAssignmentsRequest()
+	req.TimeoutMillis = 30_000
+	rt := kmsg.NewAlterPartitionAssignmentsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewAlterPartitionAssignmentsRequestTopicPartition()
+	rp.Partition, rp.Replicas = partition, order
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.Client)
+	if err != nil {
+		return st, fmt.Errorf("reassign %s/%d: %w", topic, partition, err)
+	}
+	if err := errCode(resp.ErrorCode); err != nil {
+		return st, fmt.Errorf("reassign %s/%d: %w (%s)", topic, partition, err, deref(resp.ErrorMessage))
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := errCode(p.ErrorCode); err != nil {
+				return st, fmt.Errorf("reassign %s/%d: %w (%s)", topic, partition, err, deref(p.ErrorMessage))
+			}
+		}
+	}
+	if _, err := c.WaitPartition(ctx, topic, partition, func(s PartitionState) bool { return slices.Equal(s.Replicas, order) }); err != nil {
+		return st, fmt.Errorf("reassign %s/%d to %v: %w", topic, partition, order, err)
+	}
+	if err := c.ElectPreferred(ctx, topic, partition); err != nil {
+		return st, err
+	}
+	return c.WaitPartition(ctx, topic, partition, func(s PartitionState) bool {
+		return s.Leader == order[0] && s.LeaderEpoch > st.LeaderEpoch
+	})
+}
+
 func (c *Cluster) elect(ctx context.Context, how int8, topic string, partition int32) error {
 	req := kmsg.NewPtrElectLeadersRequest()
 	req.ElectionType = how
