@@ -495,6 +495,7 @@ func (c *Consumer) tickLoop() {
 		case <-t.C:
 		}
 		rounds := c.meta.Stats().RoundTrips
+		now := time.Now()
 		c.mu.Lock()
 		fresh := rounds != c.rounds
 		c.rounds = rounds
@@ -504,10 +505,36 @@ func (c *Consumer) tickLoop() {
 					c.stepLocked(p, leaderChanged(mp))
 				}
 			}
+			c.checkMissingLocked(p, now)
 			c.stepLocked(p, seek.Tick{})
 		}
 		c.mu.Unlock()
 	}
+}
+
+// checkMissingLocked tells Poll, once, about an assigned partition that
+// metadata has not had (its topic does not exist, was deleted, or has fewer
+// partitions) for MissingPartitionReport: an error in Fetches.Errors,
+// without halting it, since the partition is fetched as soon as metadata
+// has it. It is told again only if it goes missing again after that.
+func (c *Consumer) checkMissingLocked(p *part, now time.Time) {
+	_, err := c.meta.Lookup(p.tp.Topic, p.tp.Partition)
+	if err == nil || !errors.Is(err, errors.ErrUnknownTopicOrPartition) {
+		p.missingSince, p.missingReported = time.Time{}, false
+		return
+	}
+	if p.missingSince.IsZero() {
+		p.missingSince = now
+	}
+	if p.missingReported || now.Sub(p.missingSince) < c.cfg.missingAfter {
+		return
+	}
+	p.missingReported = true
+	pos, _ := p.m.Position()
+	c.errs = append(c.errs, &errors.PartitionError{Op: "lookup", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		Offset: pos.Offset, LeaderEpoch: pos.Epoch,
+		Err: fmt.Errorf("%w (not in metadata for %v; the partition waits for it)", errors.ErrUnknownTopicOrPartition, now.Sub(p.missingSince).Round(time.Millisecond))})
+	c.signalLocked()
 }
 
 // metadataLoop turns metadata events into LeaderChanged steps.

@@ -40,6 +40,7 @@ type cfg struct {
 	maxEpochWaits   int
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
+	missingAfter    time.Duration
 	decompressLimit int
 	decodeParallel  int
 	poisonReleased  bool
@@ -63,6 +64,7 @@ func defaultCfg() cfg {
 		epochHistory:    seek.DefaultHistorySize,
 		maxEpochWaits:   5,
 		metadataMaxAge:  5 * time.Minute,
+		missingAfter:    DefaultMissingPartitionReport,
 		decompressLimit: 256 << 20,
 		decodeParallel:  1,
 		group:           defaultGroupCfg(),
@@ -101,6 +103,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("consumer: EpochHistorySize %d is not in 1..65536", c.epochHistory)
 	case c.maxEpochWaits < 1:
 		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
+	case c.missingAfter < 0:
+		return fmt.Errorf("consumer: MissingPartitionReport %v < 0", c.missingAfter)
 	}
 	return c.group.validate()
 }
@@ -235,6 +239,24 @@ func MaxEpochWaits(n int) Opt { return optFunc(func(c *cfg) { c.maxEpochWaits = 
 // and must not call back into the Consumer. The same events are in
 // Fetches.Truncations.
 func OnTruncation(fn func(TruncationEvent)) Opt { return optFunc(func(c *cfg) { c.onTruncation = fn }) }
+
+// MissingPartitionReport is how long an assigned partition may be missing
+// from metadata (its topic does not exist, was deleted, or has fewer
+// partitions) before Poll reports it, once, in Fetches.Errors: a
+// *errors.PartitionError (Op "lookup") matching
+// errors.ErrUnknownTopicOrPartition (default
+// DefaultMissingPartitionReport; 0 reports at the first metadata without
+// it). The partition is not halted: it is fetched from its position as
+// soon as metadata has it (a topic recreated under the same name is
+// reported as such when it is). It is reported again only if it goes
+// missing again after it was back. Without it a misspelt or deleted topic
+// would only look like a quiet one.
+func MissingPartitionReport(d time.Duration) Opt {
+	return optFunc(func(c *cfg) { c.missingAfter = d })
+}
+
+// DefaultMissingPartitionReport is the default MissingPartitionReport.
+const DefaultMissingPartitionReport = 10 * time.Second
 
 // MetadataMaxAge is how old metadata may grow before it is refreshed
 // periodically, for a refresher the consumer creates (default 5m).

@@ -47,6 +47,10 @@ type part struct {
 	// epochs is the partition's durable epoch history (EpochHistory): the
 	// epochs of the batches delivered since the position last jumped.
 	epochs *seek.EpochHistory
+	// missingSince is when metadata was first seen without the partition
+	// (zero while it has it); missingReported is set once Poll was told.
+	missingSince    time.Time
+	missingReported bool
 }
 
 // remember adds the digest of a delivered batch to p's history. A batch at

@@ -277,7 +277,9 @@ type Fetches struct {
 	// Errors are per-partition errors: for every halted partition its
 	// reason (a *errors.LogTruncationError under PolicyNone, a
 	// *errors.PartitionError for a non-retriable broker error or corrupt
-	// data).
+	// data), and, without halting it, an assigned partition missing from
+	// metadata for MissingPartitionReport (a *errors.PartitionError, Op
+	// "lookup", matching errors.ErrUnknownTopicOrPartition).
 	Errors []error
 
 	mem *pollMemory // what Release hands back
