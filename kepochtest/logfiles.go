@@ -87,27 +87,36 @@ func readBatches(pdir string) ([]segBatch, error) {
 		if err != nil {
 			return nil, err
 		}
-		for pos, i := 0, 0; pos+61 <= len(raw); i++ {
-			n := int(int32(binary.BigEndian.Uint32(raw[pos+8:]))) + 12
-			if n < 61 || pos+n > len(raw) {
-				break
-			}
-			h := raw[pos:]
-			b := segBatch{seg: base, pos: int64(pos), size: int64(n), idx: i}
-			b.Base = int64(binary.BigEndian.Uint64(h[0:]))
-			b.LeaderEpoch = int32(binary.BigEndian.Uint32(h[12:]))
-			attrs := int16(binary.BigEndian.Uint16(h[21:]))
-			b.Control = attrs&0x20 != 0
-			b.Last = b.Base + int64(int32(binary.BigEndian.Uint32(h[23:])))
-			b.ProducerID = int64(binary.BigEndian.Uint64(h[43:]))
-			b.ProducerEpoch = int16(binary.BigEndian.Uint16(h[51:]))
-			b.BaseSequence = int32(binary.BigEndian.Uint32(h[53:]))
-			b.Records = int32(binary.BigEndian.Uint32(h[57:]))
-			out = append(out, b)
-			pos += n
-		}
+		out = append(out, parseSegment(base, raw)...)
 	}
 	return out, nil
+}
+
+// parseSegment reads the headers of the whole batches at the start of raw,
+// the bytes of the segment whose base offset is base, stopping at the first
+// that is partial or whose length is impossible.
+func parseSegment(base int64, raw []byte) []segBatch {
+	var out []segBatch
+	for pos, i := 0, 0; pos+61 <= len(raw); i++ {
+		n := int(int32(binary.BigEndian.Uint32(raw[pos+8:]))) + 12
+		if n < 61 || pos+n > len(raw) {
+			break
+		}
+		h := raw[pos:]
+		b := segBatch{seg: base, pos: int64(pos), size: int64(n), idx: i}
+		b.Base = int64(binary.BigEndian.Uint64(h[0:]))
+		b.LeaderEpoch = int32(binary.BigEndian.Uint32(h[12:]))
+		attrs := int16(binary.BigEndian.Uint16(h[21:]))
+		b.Control = attrs&0x20 != 0
+		b.Last = b.Base + int64(int32(binary.BigEndian.Uint32(h[23:])))
+		b.ProducerID = int64(binary.BigEndian.Uint64(h[43:]))
+		b.ProducerEpoch = int16(binary.BigEndian.Uint16(h[51:]))
+		b.BaseSequence = int32(binary.BigEndian.Uint32(h[53:]))
+		b.Records = int32(binary.BigEndian.Uint32(h[57:]))
+		out = append(out, b)
+		pos += n
+	}
+	return out
 }
 
 // readJSON decodes a kfake JSON file keeping every field (numbers as
