@@ -505,7 +505,9 @@ func (c *Consumer) tickLoop() {
 					c.stepLocked(p, leaderChanged(mp))
 				}
 			}
-			c.checkMissingLocked(p, now)
+			if fresh || !p.missingSince.IsZero() {
+				c.checkMissingLocked(p, now)
+			}
 			c.stepLocked(p, seek.Tick{})
 		}
 		c.mu.Unlock()
