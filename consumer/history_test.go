@@ -57,6 +57,58 @@ func TestDeliveryHistory(t *testing.T) {
 	}
 }
 
+// Offsets between delivered batches that held no delivered record (a
+// transaction marker, an aborted transaction, a compaction gap) do not make
+// a replaced range incomplete; records delivered that the history no
+// longer lists do.
+func TestDeliveryHistoryGaps(t *testing.T) {
+	var p part
+	p.remember(batchAt(0, 4), 4)   // marker at 5
+	p.remember(batchAt(6, 10), 4)  // marker at 11, aborted 12..14
+	p.remember(batchAt(20, 24), 4) // compacted 15..19
+	for _, r := range []Range{{From: 5, To: 25}, {From: 11, To: 25}, {From: 3, To: 12}, {From: 12, To: 15}} {
+		if _, complete := p.clone().replaced(r); !complete {
+			t.Fatalf("%v: incomplete", r)
+		}
+	}
+	// The limit drops batch 0..4: records 0..4 are no longer listed.
+	p.remember(batchAt(25, 29), 3)
+	if _, complete := p.clone().replaced(Range{From: 4, To: 30}); complete {
+		t.Fatal("a range reaching a dropped batch is complete")
+	}
+	if _, complete := p.clone().replaced(Range{From: 5, To: 30}); !complete {
+		t.Fatal("a range past the dropped batch is incomplete")
+	}
+	// A divergence inside batch 20..24 drops it: its records 20..21 stay
+	// in the log but are no longer listed.
+	if _, complete := p.replaced(Range{From: 22, To: 30}); !complete {
+		t.Fatal("incomplete")
+	}
+	if _, complete := p.clone().replaced(Range{From: 21, To: 22}); complete {
+		t.Fatal("a range holding records of the dropped batch is complete")
+	}
+	// A seek back below everything starts the history again there.
+	p.remember(batchAt(0, 4), 3)
+	if bs, complete := p.clone().replaced(Range{From: 2, To: 5}); !complete || len(bs) != 1 {
+		t.Fatalf("after a seek back: %+v %v", bs, complete)
+	}
+	// A break without a divergence point drops everything; the reset
+	// that follows delivers from elsewhere: nothing before it is listed.
+	if _, complete := p.replaced(Range{From: -1, To: 5}); complete {
+		t.Fatal("a range of unknown start is complete")
+	}
+	p.remember(batchAt(100, 109), 3)
+	if _, complete := p.clone().replaced(Range{From: 50, To: 110}); complete {
+		t.Fatal("a range reaching before the reset is complete")
+	}
+}
+
+func (p *part) clone() *part {
+	q := *p
+	q.history = append([]DeliveredBatch(nil), p.history...)
+	return &q
+}
+
 // The epoch history follows the position: a batch delivered from where it
 // ends extends it, one delivered after a seek back cuts it there first, one
 // delivered after a jump forward (a seek, a reset) starts it afresh.

@@ -42,8 +42,13 @@ type part struct {
 	// endNearest).
 	nearest chan nearestResult
 	// history holds the digests of the last batches delivered, in offset
-	// order (at most Consumer.cfg.historySize).
-	history []DeliveredBatch
+	// order (at most Consumer.cfg.historySize). Every batch Poll delivered
+	// records of at or past historyFrom is there (when historyKnown): the
+	// offsets between its entries held no record delivered (transaction
+	// markers, aborted transactions, compaction gaps, a jump forward).
+	history      []DeliveredBatch
+	historyFrom  int64
+	historyKnown bool
 	// epochs is the partition's durable epoch history (EpochHistory): the
 	// epochs of the batches delivered since the position last jumped.
 	epochs *seek.EpochHistory
@@ -64,8 +69,20 @@ func (p *part) remember(b DeliveredBatch, limit int) {
 	for i > 0 && p.history[i-1].Last >= b.Base {
 		i--
 	}
+	if i < len(p.history) && p.history[i].Base < b.Base {
+		// The batch starts inside one delivered before (the log
+		// changed): that one's records below it are no longer listed.
+		p.historyFrom = max(p.historyFrom, b.Base)
+	}
 	p.history = p.history[:i]
+	if i == 0 {
+		// The first batch, or a seek back below all the history: what
+		// was delivered from the batch on is this batch and what
+		// follows it.
+		p.historyFrom, p.historyKnown = b.Base, true
+	}
 	if len(p.history) == limit {
+		p.historyFrom = p.history[0].Last + 1
 		p.history = p.history[1:] // append moves it to a new array when full: O(1) amortized
 	}
 	p.history = append(p.history, b)
@@ -120,10 +137,21 @@ func (p *part) replaced(r Range) ([]DeliveredBatch, bool) {
 			out = append(out, b)
 		}
 	}
-	// The history is in delivery order without overlaps, and only its
-	// oldest entries are ever dropped: reaching both ends of r is covering
-	// everything delivered in between.
-	complete := len(out) > 0 && out[0].Base <= r.From && out[len(out)-1].Last >= r.To-1
+	// Every record delivered in r is in a batch listed when the history
+	// reaches back to r.From: it holds every batch delivered since
+	// historyFrom, up to the position (r.To), and nothing else was
+	// delivered between its entries (r may start or end at a transaction
+	// marker, or span an aborted transaction or a compaction gap).
+	complete := p.historyKnown && p.historyFrom <= r.From
+	switch {
+	case keep == 0:
+		// Nothing delivered is listed any more.
+		p.historyKnown = false
+	case keep < len(p.history) && p.history[keep].Base < r.From:
+		// The batch dropped across r.From had records below it
+		// delivered: no longer listed.
+		p.historyFrom = max(p.historyFrom, r.From)
+	}
 	p.history = p.history[:keep]
 	return out, complete
 }

@@ -187,8 +187,10 @@ type TruncationEvent struct {
 	// new lineage holds again (same producer ID, epoch and sequence). It
 	// reaches back as far as the partition's delivery history
 	// (DeliveryHistory); ReplacedBatchesComplete says it covers all of
-	// Replaced (false, for one, when the replaced records were delivered
-	// before a restart, from a committed position).
+	// Replaced (offsets that held no record delivered, such as
+	// transaction markers, need no batch; false, for one, when the
+	// replaced records were delivered before a restart, from a committed
+	// position).
 	ReplacedBatches         []DeliveredBatch
 	ReplacedBatchesComplete bool
 }
