@@ -608,9 +608,13 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (do
 		c.stepLocked(p, seek.FetchFailed{Req: b.req, Code: seek.CodeCorruptMessage})
 		// The machine halts the partition, and ActHalt reported a bare
 		// CORRUPT_MESSAGE: report the decode error, which names the
-		// batch, in its place (one error per corrupt batch).
-		c.errs = append(c.errs[:n], &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
-			Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: err})
+		// batch, in its place (one error per corrupt batch). A stale
+		// answer (the partition moved on, e.g. to a new leader, while it
+		// was buffered) halts nothing and reports nothing.
+		if len(c.errs) > n {
+			c.errs = append(c.errs[:n], &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+				Offset: pos.Offset, LeaderEpoch: pos.Epoch, Err: err})
+		}
 		return true
 	}
 	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
