@@ -11,22 +11,30 @@ import (
 
 // offsetRequests batches the machines' ActValidate and ActListOffsets
 // actions into one OffsetForLeaderEpoch and one ListOffsets request per
-// leader, sends them, and steps the answers back. Its loop is owned by the
-// Consumer; each round's requests run concurrently and are awaited before
-// the next round, so nothing outlives Close.
+// leader, sends them, and steps the answers back. Each leader has at most
+// one request of each kind in flight, and what its partitions ask for
+// meanwhile waits for the next; leaders do not wait for each other (a
+// leader that does not answer holds only its own partitions, until the
+// request timeout). The requests run on goroutines owned by the Consumer,
+// so nothing outlives Close.
 type offsetRequests struct {
 	c        *Consumer
 	wake     chan struct{}
 	validate map[int32]map[TopicPartition]seek.ValidateRequest // guarded by Consumer.mu
 	list     map[int32]map[TopicPartition]seek.ListRequest     // guarded by Consumer.mu
+	// busyValidate and busyList are the leaders with a request of that
+	// kind in flight (guarded by Consumer.mu).
+	busyValidate, busyList map[int32]bool
 }
 
 func newOffsetRequests(c *Consumer) *offsetRequests {
 	return &offsetRequests{
-		c:        c,
-		wake:     make(chan struct{}, 1),
-		validate: map[int32]map[TopicPartition]seek.ValidateRequest{},
-		list:     map[int32]map[TopicPartition]seek.ListRequest{},
+		c:            c,
+		wake:         make(chan struct{}, 1),
+		validate:     map[int32]map[TopicPartition]seek.ValidateRequest{},
+		list:         map[int32]map[TopicPartition]seek.ListRequest{},
+		busyValidate: map[int32]bool{},
+		busyList:     map[int32]bool{},
 	}
 }
 
@@ -66,23 +74,32 @@ func (o *offsetRequests) loop() {
 		case <-o.wake:
 		}
 		c.mu.Lock()
-		validate, list := o.validate, o.list
-		o.validate = map[int32]map[TopicPartition]seek.ValidateRequest{}
-		o.list = map[int32]map[TopicPartition]seek.ListRequest{}
+		// Started while this loop runs (it is one of the Consumer's
+		// goroutines), so Close waits for them too.
+		for broker, ps := range o.validate {
+			if !o.busyValidate[broker] {
+				delete(o.validate, broker)
+				o.busyValidate[broker] = true
+				c.goFn(func() { o.sendValidate(broker, ps) })
+			}
+		}
+		for broker, ps := range o.list {
+			if !o.busyList[broker] {
+				delete(o.list, broker)
+				o.busyList[broker] = true
+				c.goFn(func() { o.sendList(broker, ps) })
+			}
+		}
 		c.mu.Unlock()
-		done := make(chan struct{}, len(validate)+len(list))
-		n := 0
-		for broker, ps := range validate {
-			n++
-			go func() { o.sendValidate(broker, ps); done <- struct{}{} }()
-		}
-		for broker, ps := range list {
-			n++
-			go func() { o.sendList(broker, ps); done <- struct{}{} }()
-		}
-		for ; n > 0; n-- {
-			<-done
-		}
+	}
+}
+
+// doneLocked ends broker's request of one kind: what its partitions asked
+// for meanwhile is sent next.
+func (o *offsetRequests) doneLocked(busy map[int32]bool, broker int32, waiting int) {
+	delete(busy, broker)
+	if waiting > 0 {
+		o.signal()
 	}
 }
 
@@ -121,6 +138,7 @@ func (o *offsetRequests) sendValidate(broker int32, ps map[TopicPartition]seek.V
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() { o.doneLocked(o.busyValidate, broker, len(o.validate[broker])) }()
 	answered := map[TopicPartition]bool{}
 	if err == nil {
 		for _, t := range resp.Topics {
@@ -170,6 +188,7 @@ func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListR
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() { o.doneLocked(o.busyList, broker, len(o.list[broker])) }()
 	answered := map[TopicPartition]bool{}
 	if err == nil {
 		for _, t := range resp.Topics {
