@@ -270,19 +270,46 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 			p.lastAckedOffset = last
 		}
 	}
+	if b.id.Producer == p.owner && !p.ackedAfter(b) {
+		p.latestAckedSeq = b.lastSequence()
+	}
 	d.Acks = append(d.Acks, Ack{
 		Batch: b.ref, TP: p.tp, Records: b.records, Identity: b.id,
 		BaseOffset: offset, LogStartOffset: logStart, AfterFailure: late,
 	})
-	// The leader accepted b's sequence under b's epoch only after the
-	// sequences before it: failed batches before b were appended after all.
+	p.resolveAppended(s)
+}
+
+// ackedAfter reports whether a batch after b in p is acknowledged.
+func (p *partition) ackedAfter(b *batch) bool {
+	after := false
 	for _, e := range p.inflight {
-		if e == b {
-			break
+		if after && e.disp == acked {
+			return true
 		}
-		if e.disp == abandoned && !e.outstanding && e.id.Producer == b.id.Producer {
-			e.disp = acked
+		after = after || e == b
+	}
+	return false
+}
+
+// resolveAppended marks as appended every failed batch that is off the wire
+// and precedes an acknowledged batch of the same identity, then pops the
+// acknowledged front: the leader accepted that batch's sequence only after
+// theirs. This holds whichever came first, the acknowledgement or the
+// failure (a batch with no answer can expire after a later one was
+// acknowledged): such a batch leaves no gap to bump for.
+func (p *partition) resolveAppended(s *Sequencer) {
+	for i := len(p.inflight) - 1; i >= 0; i-- {
+		x := p.inflight[i]
+		if x.disp != acked {
+			continue
 		}
+		for _, e := range p.inflight[:i] {
+			if e.disp == abandoned && !e.outstanding && e.id.Producer == x.id.Producer {
+				e.disp = acked
+			}
+		}
+		break
 	}
 	p.popAcked(s)
 }
@@ -350,16 +377,24 @@ func (s *Sequencer) refuse(b *batch, cause Cause, d *Decision) {
 // identity), and asks for an acked-write check.
 func (s *Sequencer) reportGap(p *partition, b *batch, logStart int64, cause Cause, oosn bool, d *Decision) {
 	ackedUnder := p.lastAckedSeq >= 0 && p.owner == b.id.Producer
+	// The sequence named is that of the latest write acknowledged under
+	// the identity, which may lie beyond lastAckedSeq: a later batch
+	// acknowledged before an earlier one's retry, or failed batches that
+	// such an acknowledgement resolved as appended (their records were
+	// reported failed, never acknowledged).
+	seq := int32(-1)
+	if ackedUnder {
+		seq = p.lastAckedSeq
+		if p.latestAckedSeq >= 0 {
+			seq = p.latestAckedSeq
+		}
+	}
 	if oosn && ackedUnder {
 		d.Outcomes = append(d.Outcomes, ProvenGap{
-			TP: p.tp, Producer: b.id.Producer, LastAckedSequence: p.lastAckedSeq,
+			TP: p.tp, Producer: b.id.Producer, LastAckedSequence: seq,
 			LastAckedOffset: p.lastAckedOffset, RejectedSequence: b.id.BaseSequence, Cause: cause,
 		})
 	} else {
-		seq := int32(-1)
-		if ackedUnder {
-			seq = p.lastAckedSeq
-		}
 		d.Outcomes = append(d.Outcomes, PossibleGap{
 			TP: p.tp, Producer: b.id.Producer, LastAckedSequence: seq,
 			LastAckedOffset: p.lastAckedOffset, LogStartOffset: logStart, Cause: cause,
@@ -430,6 +465,7 @@ func (s *Sequencer) settle(p *partition, d *Decision) {
 	if s.fatal != nil || p.outstanding() > 0 {
 		return
 	}
+	p.resolveAppended(s)
 	if p.hasAbandoned() && !p.needNewIdentity {
 		if p.rewrite || !p.rollbackTail(s) {
 			p.markRewrite(p.abandonedCause(), true, false)

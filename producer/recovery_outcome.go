@@ -64,8 +64,12 @@ type PossibleDuplicate struct {
 // the I/O layer to run the AckLedger check, which reports exact offsets
 // (AckedWritesLost).
 type ProvenGap struct {
-	TP                TopicPartition
-	Producer          ProducerID
+	TP       TopicPartition
+	Producer ProducerID
+	// LastAckedSequence is the last sequence of the latest batch (in
+	// sequence order) acknowledged under Producer: it can be beyond
+	// RejectedSequence when that batch was acknowledged before an earlier
+	// one's retry, whose refusal shows it is gone.
 	LastAckedSequence int32
 	LastAckedOffset   int64
 	// RejectedSequence is the base sequence the leader refused.

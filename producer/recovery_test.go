@@ -673,3 +673,61 @@ func TestAbandon(t *testing.T) {
 		t.Fatalf("transactional abandon %+v", d)
 	}
 }
+
+// TestExpiredBatchProvenAppendedByEarlierAck: b1 timed out (no answer) and
+// b2, behind it, was acknowledged first: the leader accepted b2's sequence
+// only after b1's, so b1 is in the log. When b1's delivery deadline passes
+// before its retry is answered, its sequences are not a gap: no bump, and
+// b3 (maybe written) is resent under its own identity, never rewritten into
+// a possible duplicate.
+func TestExpiredBatchProvenAppendedByEarlierAck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	b1 := h.assignDeadline(tp0, 1, t0)
+	b2 := h.assignDeadline(tp0, 1, t0.Add(time.Hour))
+	b3 := h.assignDeadline(tp0, 1, t0.Add(time.Hour))
+	h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+	if d := h.ok(b2, 2); len(d.Acks) != 1 {
+		t.Fatalf("b2 %+v", d)
+	}
+	h.s.Complete(b3, ProduceResult{Delivery: NoResponse})
+	d := h.s.Expire(t0)
+	if f := outcomes[Failed](d); len(f) != 1 || f[0].Batch != b1 {
+		t.Fatalf("expiry %+v", d.Outcomes)
+	}
+	if d.Bump != nil || h.s.Bumps() != 0 || len(outcomes[PossibleDuplicate](d)) != 0 {
+		t.Fatalf("b1 was proven appended by b2's ack, yet: bump %+v, outcomes %+v", d.Bump, d.Outcomes)
+	}
+	h.resend(tp0, b3, id(pid, 3))
+	h.ok(b3, 3)
+	if st := h.state(tp0); st.LastAckedSequence != 3 || len(st.InFlight) != 0 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestGapNamesLatestAcknowledgedWrite: b1 expired with no answer, b2 waits
+// for its retry, b3 was acknowledged: b1 is resolved as appended (no bump,
+// b2 resent unchanged). When b2's retry is then refused as next expected,
+// the gap names b3, the latest write acknowledged, not b1, whose records
+// were reported failed.
+func TestGapNamesLatestAcknowledgedWrite(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	b1 := h.assignDeadline(tp0, 1, t0)
+	b2 := h.assignDeadline(tp0, 2, t0.Add(time.Hour))
+	b3 := h.assignDeadline(tp0, 1, t0.Add(time.Hour))
+	h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+	h.s.Complete(b2, ProduceResult{Delivery: NoResponse})
+	h.ok(b3, 4)
+	if d := h.s.Expire(t0); d.Bump != nil || len(outcomes[Failed](d)) != 1 {
+		t.Fatalf("expiry %+v", d)
+	}
+	h.resend(tp0, b2, id(pid, 2))
+	d := h.s.Complete(b2, oosn)
+	g := outcomes[ProvenGap](d)
+	if len(g) != 1 || g[0].LastAckedSequence != 4 || g[0].LastAckedOffset != 4 || g[0].RejectedSequence != 2 {
+		t.Fatalf("gap %+v", d.Outcomes)
+	}
+}

@@ -184,6 +184,10 @@ type partition struct {
 	owner        ProducerID
 	nextSeq      int32
 	lastAckedSeq int32 // under owner; -1 if none
+	// latestAckedSeq is the last sequence of the latest batch (in sequence
+	// order) acknowledged under owner; -1 if none. It is ahead of
+	// lastAckedSeq while an earlier batch is unacknowledged.
+	latestAckedSeq int32
 	// lastAckedOffset is the highest offset acknowledged on this partition
 	// under any identity; -1 if none. It is what UNKNOWN_PRODUCER_ID's log
 	// start offset is compared with.
@@ -218,6 +222,7 @@ func (p *partition) reset(id ProducerID) {
 	p.owner = id
 	p.nextSeq = 0
 	p.lastAckedSeq = -1
+	p.latestAckedSeq = -1
 }
 
 // front returns the first batch that is not acknowledged, or nil.
@@ -352,7 +357,7 @@ func (s *Sequencer) Fatal() error { return s.fatal }
 func (s *Sequencer) partition(tp TopicPartition) *partition {
 	p := s.parts[tp]
 	if p == nil {
-		p = &partition{tp: tp, owner: s.producer, lastAckedSeq: -1, lastAckedOffset: -1}
+		p = &partition{tp: tp, owner: s.producer, lastAckedSeq: -1, latestAckedSeq: -1, lastAckedOffset: -1}
 		s.parts[tp] = p
 		s.order = append(s.order, p)
 	}
