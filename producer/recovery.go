@@ -265,6 +265,9 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 	if b.gen == p.gen {
 		p.solo = false // the current leader holds the producer's state
 	}
+	if b.assignedAt.After(p.lastAppend) {
+		p.lastAppend = b.assignedAt
+	}
 	if offset >= 0 {
 		if last := offset + int64(b.records) - 1; last > p.lastAckedOffset {
 			p.lastAckedOffset = last

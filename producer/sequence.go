@@ -116,10 +116,14 @@ type Config struct {
 	// 1..MaxInFlightPerPartition; 0 means MaxInFlightPerPartition.
 	MaxInFlight int
 
-	// SoloAfterIdle: a partition that has sent nothing for this long sends
-	// its next batch alone, and pipelines again only once it is
-	// acknowledged. 0 means DefaultSoloAfterIdle; negative disables. Set it
-	// at or below the brokers' producer.id.expiration.ms (KIP-854).
+	// SoloAfterIdle: a partition that has had no batch acknowledged for
+	// this long (counted from that batch's first send, since the leader
+	// counts from its records' timestamps) sends its next batch alone, and
+	// pipelines again only once it is acknowledged. Batches refused or
+	// unanswered since do not restart the count: the leader may have
+	// appended nothing and expired the state all the same. 0 means
+	// DefaultSoloAfterIdle; negative disables. Set it at or below the
+	// brokers' producer.id.expiration.ms (KIP-854).
 	//
 	// Why: a leader that has no state for the producer (the partition's
 	// first batch under an identity, or state expired after idling)
@@ -169,6 +173,9 @@ type batch struct {
 	// describes the records, whatever identity they carry later.
 	maybeWritten bool
 	attempts     int
+	// assignedAt is when the batch (or the batch it was split from) was
+	// first assigned.
+	assignedAt time.Time
 	// gen is the partition's generation at the batch's latest send.
 	gen uint64
 }
@@ -206,8 +213,10 @@ type partition struct {
 	newPID bool
 	// cause is the error that started the pending rewrite.
 	cause Cause
-	// lastAssign is when the partition last assigned a batch (zero: never).
-	lastAssign time.Time
+	// lastAppend is when the latest acknowledged batch was first assigned
+	// (zero: none acknowledged): what the leader's producer-state expiry
+	// counts from, at the latest.
+	lastAppend time.Time
 	// solo: send one batch at a time until a batch sent in the current
 	// generation is acknowledged.
 	solo bool
@@ -419,12 +428,9 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 	if len(p.inflight) >= s.cfg.MaxInFlight || (len(p.inflight) > 0 && (p.solo || p.lastAckedSeq < 0)) {
 		return 0, BatchIdentity{}, ErrInFlightLimit
 	}
-	if len(p.inflight) == 0 && s.cfg.SoloAfterIdle > 0 && !p.lastAssign.IsZero() && now.Sub(p.lastAssign) >= s.cfg.SoloAfterIdle {
+	if len(p.inflight) == 0 && s.cfg.SoloAfterIdle > 0 && !p.lastAppend.IsZero() && now.Sub(p.lastAppend) >= s.cfg.SoloAfterIdle {
 		p.solo = true
 		p.gen++
-	}
-	if now.After(p.lastAssign) {
-		p.lastAssign = now
 	}
 	s.nextRef++
 	b := &batch{
@@ -436,6 +442,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		disp:        active,
 		outstanding: true,
 		attempts:    1,
+		assignedAt:  now,
 		gen:         p.gen,
 	}
 	p.nextSeq = NextSequence(p.nextSeq, records)
@@ -526,13 +533,14 @@ func (s *Sequencer) Split(ref BatchRef, counts []int32) ([]BatchRef, error) {
 	for i, c := range counts {
 		s.nextRef++
 		parts[i] = &batch{
-			ref:      s.nextRef,
-			part:     p,
-			records:  c,
-			id:       BatchIdentity{Producer: b.id.Producer, BaseSequence: seq},
-			deadline: b.deadline,
-			disp:     active,
-			attempts: b.attempts,
+			ref:        s.nextRef,
+			part:       p,
+			records:    c,
+			id:         BatchIdentity{Producer: b.id.Producer, BaseSequence: seq},
+			deadline:   b.deadline,
+			disp:       active,
+			attempts:   b.attempts,
+			assignedAt: b.assignedAt,
 		}
 		seq = NextSequence(seq, c)
 		s.batches[parts[i].ref] = parts[i]

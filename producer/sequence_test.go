@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 var (
@@ -331,5 +333,40 @@ func TestSoloAfterIdle(t *testing.T) {
 		if _, _, err := h.s.AssignAt(tp0, 1, now, time.Time{}); err != nil {
 			t.Fatalf("%+v: after the ack: %v", c, err)
 		}
+	}
+}
+
+// TestSoloAfterIdleCountsFromLastAppend: the leader expires a producer's
+// state when it has appended nothing of it for producer.id.expiration.ms,
+// so a batch that was refused (given back, never appended) does not restart
+// the idle clock: pipelining after it could let a stateless leader append a
+// later batch before a lost earlier one (KAFKA-15591). Found by
+// TestModelRandomized, seed 102966.
+func TestSoloAfterIdleCountsFromLastAppend(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := newHarness(t, Config{SoloAfterIdle: time.Minute}, pid)
+	r, _, err := h.s.AssignAt(tp0, 1, t0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ok(r, 0)
+	r, _, err = h.s.AssignAt(tp0, 1, t0.Add(50*time.Second), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := outcomes[Failed](h.code(r, kerr.InvalidRecord.Code)); len(f) != 1 || f[0].MaybeWritten {
+		t.Fatalf("refusal %+v", f)
+	}
+	now := t0.Add(70 * time.Second) // 70s since the last append, 20s since the refused batch
+	r1, got, err := h.s.AssignAt(tp0, 1, now, time.Time{})
+	if err != nil || got != id(pid, 1) {
+		t.Fatalf("first batch after idling: %v %v", got, err)
+	}
+	if _, _, err := h.s.AssignAt(tp0, 1, now, time.Time{}); !errors.Is(err, ErrInFlightLimit) {
+		t.Fatalf("second batch pipelined after a minute without an append: %v", err)
+	}
+	h.ok(r1, 1)
+	if _, _, err := h.s.AssignAt(tp0, 1, now, time.Time{}); err != nil {
+		t.Fatalf("after the ack: %v", err)
 	}
 }
