@@ -88,7 +88,7 @@ func classify(code int16) class {
 		return classTxnAbortable
 	case kerr.CorruptMessage.Code, kerr.InvalidRecord.Code, kerr.InvalidTimestamp.Code,
 		kerr.TopicAuthorizationFailed.Code, kerr.InvalidRequiredAcks.Code, kerr.InvalidTxnState.Code,
-		kerr.InvalidTopicException.Code, kerr.InvalidRequest.Code:
+		kerr.InvalidTopicException.Code, kerr.InvalidRequest.Code, kerr.UnsupportedCompressionType.Code:
 		return classRefused
 	case kerr.ProducerFenced.Code, kerr.TransactionalIDAuthorizationFailed.Code,
 		kerr.ClusterAuthorizationFailed.Code, kerr.UnsupportedVersion.Code, kerr.UnsupportedForMessageFormat.Code:

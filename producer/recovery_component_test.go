@@ -417,7 +417,7 @@ func TestRetriableErrorsResendUnchanged(t *testing.T) {
 func TestRefusedBatchFailsWithoutBump(t *testing.T) {
 	codes := []*kerr.Error{
 		kerr.TopicAuthorizationFailed, kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp,
-		kerr.InvalidTxnState, kerr.TransactionAbortable,
+		kerr.InvalidTxnState, kerr.TransactionAbortable, kerr.UnsupportedCompressionType,
 	}
 	c := newCluster(t, 1)
 	p, rec := newRecorded(t, c)
