@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -180,6 +181,34 @@ func (c *Cluster) WaitBrokers(ctx context.Context, ids ...int32) error {
 
 // Broker returns a transport to broker id with no retries.
 func (c *Cluster) Broker(id int32) *kgo.Broker { return c.Client.Broker(int(id)) }
+
+// Reader returns a transport to broker id for requests that only read
+// (ListOffsets, OffsetForLeaderEpoch, Fetch, Describe*): a request whose
+// connection failed (not one the broker answered) is sent again, up to
+// five times, since after a broker restarts the transport's first request
+// on the old connection fails with EOF and Broker has no retries. Never
+// for a write: a failed connection may have carried it.
+func (c *Cluster) Reader(id int32) kmsg.Requestor { return retryReader{c, id} }
+
+type retryReader struct {
+	c  *Cluster
+	id int32
+}
+
+func (r retryReader) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := r.c.Broker(r.id).Request(ctx, req)
+		var ke *kerr.Error
+		if err == nil || errors.As(err, &ke) || ctx.Err() != nil || attempt == 5 {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
 
 // poll calls f every interval until it reports done, fails, or ctx ends.
 func poll(ctx context.Context, interval time.Duration, f func() (bool, error)) error {

@@ -376,7 +376,7 @@ func (c *Cluster) describeProducers(ctx context.Context, broker int32, topic str
 	rt.Topic = topic
 	rt.Partitions = []int32{0}
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	resp, err := req.RequestWith(ctx, c.Reader(broker))
 	if err != nil {
 		return nil, err
 	}

@@ -143,7 +143,7 @@ func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [
 	rp.PartitionMaxBytes = 16 << 20
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Broker(broker))
+	resp, err := req.RequestWith(ctx, c.Reader(broker))
 	if err != nil {
 		return kmsg.FetchResponseTopicPartition{}, err
 	}

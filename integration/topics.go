@@ -194,7 +194,7 @@ func (c *Cluster) ReplicaOffsets(ctx context.Context, broker int32, topic string
 		rp.Timestamp = ts
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, c.Broker(broker))
+		resp, err := req.RequestWith(ctx, c.Reader(broker))
 		if err != nil {
 			return 0, err
 		}
@@ -232,7 +232,7 @@ type EpochEnd struct {
 // consumer (replica id -1). This is the broker's own answer that truncation
 // tests compare a client's report with.
 func (c *Cluster) OffsetForLeaderEpoch(ctx context.Context, broker int32, topic string, partition, epoch int32) (EpochEnd, error) {
-	p, err := wire.OffsetForLeaderEpoch(ctx, c.Broker(broker), topic, partition, -1, epoch)
+	p, err := wire.OffsetForLeaderEpoch(ctx, c.Reader(broker), topic, partition, -1, epoch)
 	if err != nil {
 		return EpochEnd{}, err
 	}

@@ -19,7 +19,7 @@ import (
 // ListOffset asks ListOffsets, as a consumer, for the offset of partition at
 // timestamp ts (-2: the log start, -1: the log end), fenced by
 // currentLeaderEpoch (-1: not fenced).
-func ListOffset(ctx context.Context, br *kgo.Broker, topic string, partition, currentLeaderEpoch int32, ts int64) (kmsg.ListOffsetsResponseTopicPartition, error) {
+func ListOffset(ctx context.Context, br kmsg.Requestor, topic string, partition, currentLeaderEpoch int32, ts int64) (kmsg.ListOffsetsResponseTopicPartition, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewListOffsetsRequestTopic()
@@ -42,7 +42,7 @@ func ListOffset(ctx context.Context, br *kgo.Broker, topic string, partition, cu
 
 // OffsetForLeaderEpoch asks, as a consumer, where epoch ends in the
 // partition's log, fenced by currentLeaderEpoch (-1: not fenced).
-func OffsetForLeaderEpoch(ctx context.Context, br *kgo.Broker, topic string, partition, currentLeaderEpoch, epoch int32) (kmsg.OffsetForLeaderEpochResponseTopicPartition, error) {
+func OffsetForLeaderEpoch(ctx context.Context, br kmsg.Requestor, topic string, partition, currentLeaderEpoch, epoch int32) (kmsg.OffsetForLeaderEpochResponseTopicPartition, error) {
 	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
 	req.ReplicaID = -1
 	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
