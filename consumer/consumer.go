@@ -414,8 +414,11 @@ func (c *Consumer) Position(topic string, partition int32) (pos Position, ok boo
 //
 // The history is cut at the divergence point of every truncation reported
 // (and emptied by any other break), restarts when the position jumps
-// forward, and keeps the newest EpochHistorySize epochs. ok is false when
-// the partition is not assigned.
+// forward, and keeps the newest EpochHistorySize epochs. It names the
+// topic ID its batches were fetched under (EpochHistory.TopicID), so a
+// restart from it after the topic was deleted and created again reports
+// Recreated rather than validating an offset of the deleted log against
+// the new one. ok is false when the partition is not assigned.
 func (c *Consumer) EpochHistory(topic string, partition int32) (h *EpochHistory, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

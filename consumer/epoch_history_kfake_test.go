@@ -378,6 +378,75 @@ func TestEpochHistoryRestartAfterTruncation(t *testing.T) {
 	}
 }
 
+// The topic is deleted and created again while the application is down:
+// its stored (offset 20, history) describes records of the deleted
+// incarnation. Whether the new incarnation's log is shorter than the
+// stored offset (its OffsetForLeaderEpoch answer for the stored epoch then
+// looks like a divergence at its end) or longer (it looks like the
+// position is fine), the restarted consumer must report Recreated (every
+// stored offset replaced, errors.ErrTopicIDChanged) before any record, and
+// then read the new incarnation from its start, once, in order; a history
+// stored from there restarts without a report.
+func TestEpochHistoryRestartAfterRecreate(t *testing.T) {
+	for _, n := range []int64{5, 30} {
+		t.Run(fmt.Sprintf("new=%d", n), func(t *testing.T) {
+			c := newCluster(t, 1)
+			produceRange(t, c, 0, 0, 20)
+			a := newConsumer(t, c)
+			if err := a.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+			if recs, evs, errs := pollUntil(t, a, 20, 10*time.Second); len(recs) != 20 || len(evs)+len(errs) > 0 {
+				t.Fatalf("first 20: %d records, events %v, errors %v", len(recs), evs, errs)
+			}
+			stored := persist(t, a, 20)
+			closeNow(t, a)
+			if err := c.DeleteTopic(topic); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CreateTopic(topic, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			produceRange(t, c, 0, 100, 100+n) // values p0-100.. at offsets 0..n-1
+
+			b := newConsumer(t, c)
+			if err := b.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: stored.start(t)}); err != nil {
+				t.Fatal(err)
+			}
+			recs, evs, errs := pollUntil(t, b, int(n), 10*time.Second)
+			if len(evs) != 1 || len(errs) != 0 {
+				t.Fatalf("restart: events %v, errors %v, %d records; want one Recreated report", evs, errs, len(recs))
+			}
+			if ev := evs[0]; ev.Kind != consumer.Recreated || ev.Consumed.Offset != 20 || ev.Replaced != (consumer.Range{From: 0, To: 20}) ||
+				!stderrors.Is(ev.Err(), errors.ErrTopicIDChanged) {
+				t.Fatalf("report %v (%+v)", ev, ev)
+			}
+			if len(recs) != int(n) {
+				t.Fatalf("%d records of the new topic, want %d", len(recs), n)
+			}
+			for i, rec := range recs {
+				if rec.Offset != int64(i) || string(rec.Value) != value(0, int64(100+i)) {
+					t.Fatalf("record %d: %d@%d %q", i, rec.Offset, rec.LeaderEpoch, rec.Value)
+				}
+			}
+			if h, _ := b.EpochHistory(topic, 0); h.TopicID() != seek.TopicID(c.TopicInfo(topic).TopicID) || h.Len() != 1 || h.End() != n {
+				t.Fatalf("history %v of topic ID %x after the report, want the new topic's %x", h, h.TopicID(), c.TopicInfo(topic).TopicID)
+			}
+			again := persist(t, b, n)
+			closeNow(t, b)
+			produceRange(t, c, 0, 200, 203)
+			d := newConsumer(t, c)
+			if err := d.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: again.start(t)}); err != nil {
+				t.Fatal(err)
+			}
+			recs, evs, errs = pollUntil(t, d, 3, 10*time.Second)
+			if len(evs)+len(errs) > 0 || len(recs) != 3 || recs[0].Offset != n || string(recs[0].Value) != value(0, 200) {
+				t.Fatalf("restart in the new topic: %d records (first %v), events %v, errors %v", len(recs), first(recs), evs, errs)
+			}
+		})
+	}
+}
+
 // holdValidations holds every OffsetForLeaderEpoch request until the
 // returned channel is closed.
 func holdValidations(c *kfake.Cluster) chan struct{} {

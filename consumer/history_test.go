@@ -143,3 +143,26 @@ func TestEpochHistoryFollowsThePosition(t *testing.T) {
 		t.Fatalf("AtEpoch reseeded: %s", got)
 	}
 }
+
+// The epoch history names the topic ID its batches were fetched under: a
+// seeded history keeps the ID it was stored with, and a batch of another
+// incarnation (the topic recreated) starts it afresh under the new ID.
+func TestEpochHistoryNamesTheTopicID(t *testing.T) {
+	a, b := seek.TopicID{1}, seek.TopicID{2}
+	stored, _ := seek.EpochHistoryOf([]seek.EpochEntry{{Epoch: 3, StartOffset: 0}}, 20, 0)
+	stored.SetTopicID(a)
+	p := part{epochs: seek.NewEpochHistory(0), topicID: a}
+	p.seedEpochs(seek.AtHistory(20, stored), 0)
+	if p.epochs.TopicID() != a {
+		t.Fatalf("seeded history names %x, want %x", p.epochs.TopicID(), a)
+	}
+	p.observeEpochs(20, DeliveredBatch{Base: 20, Last: 29, LeaderEpoch: 3})
+	if got := p.epochs.String(); got != "[e3:0)30" || p.epochs.TopicID() != a {
+		t.Fatalf("same incarnation: %s of %x", got, p.epochs.TopicID())
+	}
+	p.topicID = b
+	p.observeEpochs(30, DeliveredBatch{Base: 0, Last: 4, LeaderEpoch: 0})
+	if got := p.epochs.String(); got != "[e0:0)5" || p.epochs.TopicID() != b {
+		t.Fatalf("new incarnation: %s of %x", got, p.epochs.TopicID())
+	}
+}

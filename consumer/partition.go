@@ -100,6 +100,7 @@ func (p *part) seedEpochs(s seek.Start, size int) {
 		p.epochs.Reset() // cannot happen: a history's entries are valid
 		return
 	}
+	h.SetTopicID(s.History.TopicID())
 	p.epochs = h
 }
 
@@ -107,8 +108,11 @@ func (p *part) seedEpochs(s seek.Start, size int) {
 // position before the batch: when the history does not end there, the
 // position moved by a seek, a reset or a rewind rather than by delivery,
 // and the history is cut back to it (a move back) or started afresh (a
-// move forward: nothing is known of the offsets skipped).
+// move forward: nothing is known of the offsets skipped). The history
+// names the topic ID the partition is fetched under: the incarnation the
+// batch belongs to.
 func (p *part) observeEpochs(from int64, b DeliveredBatch) {
+	p.epochs.SetTopicID(seek.TopicID(p.topicID))
 	if end := p.epochs.End(); end != from && p.epochs.Len() > 0 {
 		if from < end {
 			p.epochs.Cut(from)

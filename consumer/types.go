@@ -50,7 +50,9 @@ var (
 	// AtHistory starts at an offset stored with the partition's epoch
 	// history (see Consumer.EpochHistory): the epoch of the record before
 	// the offset comes from the history, and the position is validated
-	// like AtEpoch. When the history cannot give that epoch, the start is
+	// like AtEpoch; a history of another incarnation of the topic (its
+	// TopicID is not the one metadata names) is reported as Recreated
+	// instead. When the history cannot give that epoch, the start is
 	// unvalidated (Start.Unvalidated): the partition does not fetch, Poll
 	// reports a *errors.PartitionError matching errors.ErrUnvalidated, and
 	// the application decides with a seek (At accepts the offset

@@ -23,7 +23,7 @@ import (
 //	new [policy=earliest|latest|none] [retry=N] [waits=N] [lineage=N]
 //	leader id=N epoch=N [topic=X]
 //	assign|seek (offset=N [epoch=N] [nearest] | earliest | latest | ts=N)
-//	assign|seek offset=N history=E:S[,E:S...] end=N   (AtHistory; history=none: empty)
+//	assign|seek offset=N history=E:S[,E:S...] end=N [topic=X]   (AtHistory; history=none: empty; topic: its topic ID)
 //	revoke
 //	batch base=N last=N epoch=N [req=N]
 //	fetch-done [req=N]
@@ -142,6 +142,11 @@ func scriptStart(t *testing.T, d *datadriven.TestData) Start {
 		h, err := EpochHistoryOf(entries, int64(intArg(t, d, "end", -1)), 0)
 		if err != nil {
 			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		if s, ok := arg(d, "topic"); ok {
+			var id TopicID
+			copy(id[:], s)
+			h.SetTopicID(id)
 		}
 		return AtHistory(int64(mustInt(t, d, "offset")), h)
 	case d.HasArg("nearest"):

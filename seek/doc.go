@@ -118,6 +118,9 @@
 // of its previous record from the history and is validated like AtEpoch,
 // with the history seeding the lineage; when the history cannot give that
 // epoch the partition halts (HaltUnvalidated) until the application seeks.
+// A history naming a topic ID other than the one metadata names (before or
+// after the start) is of a deleted incarnation: Recreated, every stored
+// offset replaced, never validated against the new log.
 //
 // SeekToNearest (Start NearestTo) is resolved by Nearest: keep the offset if
 // the leader still has it in that epoch, else move to where that epoch ends.

@@ -43,6 +43,11 @@ type EpochEntry struct {
 // dropped and Dropped reports it. EpochOf then does not know offsets below
 // the oldest entry left.
 //
+// It names the topic incarnation its records belong to (TopicID, when the
+// consumer knew it): a topic deleted and created again under the same name
+// starts its offsets and epochs over, so only the ID tells a stored
+// position of the deleted log from one of the new log (see AtHistory).
+//
 // The zero value is an empty history of DefaultHistorySize entries. An
 // EpochHistory is not safe for concurrent use; Clone copies it.
 type EpochHistory struct {
@@ -50,6 +55,7 @@ type EpochHistory struct {
 	end     int64 // offset after the last covered record; meaningful when entries is not empty
 	size    int   // ≤ 0: DefaultHistorySize
 	dropped bool
+	topicID TopicID // the incarnation the entries belong to; zero: not known
 }
 
 // NewEpochHistory returns an empty history keeping at most size entries
@@ -132,7 +138,26 @@ func (h *EpochHistory) Clone() *EpochHistory {
 	return &c
 }
 
-// Reset empties the history (its size is kept, Dropped becomes false).
+// TopicID returns the ID of the topic incarnation whose records the history
+// describes; zero when it is not known (a history decoded from version 1,
+// or kept by a consumer whose brokers do not give topic IDs).
+func (h *EpochHistory) TopicID() TopicID { return h.topicID }
+
+// SetTopicID names the topic incarnation whose records the history
+// describes. A history that named another incarnation is emptied first:
+// its records were those of a deleted topic. A zero id changes nothing.
+func (h *EpochHistory) SetTopicID(id TopicID) {
+	if id == (TopicID{}) {
+		return
+	}
+	if h.topicID != (TopicID{}) && h.topicID != id {
+		h.Reset()
+	}
+	h.topicID = id
+}
+
+// Reset empties the history (its size and topic ID are kept, Dropped
+// becomes false).
 func (h *EpochHistory) Reset() {
 	h.entries = h.entries[:0]
 	h.end = 0
@@ -239,22 +264,28 @@ func (h *EpochHistory) String() string {
 	return b.String()
 }
 
-// The binary encoding (version 1), all integers big-endian:
+// The binary encoding, all integers big-endian:
 //
 //	magic   "KEH"   3 bytes
-//	version 1       1 byte
+//	version 1 or 2  1 byte
 //	flags           1 byte   bit 0: Dropped; other bits must be 0
 //	size            uint32   the bound (1..65536)
 //	count           uint32   number of entries (≤ size)
 //	end             int64    End; -1 when count is 0
+//	topic id        16 bytes version 2 only: TopicID, never zero
 //	entries         count × (epoch int32, start offset int64)
 //	crc             uint32   CRC-32C (Castagnoli) of every byte before it
 //
-// 25 bytes plus 12 per entry: 793 bytes for a full default history.
+// A history with a topic ID is written as version 2, one without as
+// version 1 (as before topic IDs were kept, so earlier releases read it).
+// 25 bytes (41 with the topic ID) plus 12 per entry: 793 bytes (809) for a
+// full default history.
 const (
 	historyMagic      = "KEH"
 	historyVersion    = 1
+	historyVersionID  = 2
 	historyHeaderSize = 3 + 1 + 1 + 4 + 4 + 8
+	historyIDSize     = 16
 	historyEntrySize  = 4 + 8
 	historyFlagDrop   = 1
 )
@@ -282,7 +313,7 @@ func (e *HistoryError) Unwrap() error { return ErrCorruptHistory }
 // MarshalBinary encodes the history (encoding.BinaryMarshaler). It never
 // fails.
 func (h *EpochHistory) MarshalBinary() ([]byte, error) {
-	return h.AppendBinary(make([]byte, 0, historyHeaderSize+historyEntrySize*len(h.entries)+4))
+	return h.AppendBinary(make([]byte, 0, historyHeaderSize+historyIDSize+historyEntrySize*len(h.entries)+4))
 }
 
 // AppendBinary appends the encoded history to b (encoding.BinaryAppender).
@@ -290,7 +321,12 @@ func (h *EpochHistory) MarshalBinary() ([]byte, error) {
 func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
 	from := len(b)
 	b = append(b, historyMagic...)
-	b = append(b, historyVersion)
+	hasID := h.topicID != (TopicID{})
+	if hasID {
+		b = append(b, historyVersionID)
+	} else {
+		b = append(b, historyVersion)
+	}
 	var flags byte
 	if h.dropped {
 		flags |= historyFlagDrop
@@ -299,6 +335,9 @@ func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, uint32(h.Size()))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(h.entries)))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.End()))
+	if hasID {
+		b = append(b, h.topicID[:]...)
+	}
 	for _, e := range h.entries {
 		b = binary.BigEndian.AppendUint32(b, uint32(e.Epoch))
 		b = binary.BigEndian.AppendUint64(b, uint64(e.StartOffset))
@@ -307,12 +346,12 @@ func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
 }
 
 // UnmarshalBinary replaces h with the history encoded in data
-// (encoding.BinaryUnmarshaler). It returns a *HistoryError (matching
-// ErrCorruptHistory) and leaves h unchanged when data is not exactly one
-// valid encoding: wrong magic, unknown version or flags, a size or count out
-// of bounds, a length that does not match the count, a CRC mismatch, or
-// entries that are negative or not strictly increasing, or do not end
-// before End. It never panics, and it allocates at most what data's length
+// (encoding.BinaryUnmarshaler), version 1 or 2. It returns a *HistoryError
+// (matching ErrCorruptHistory) and leaves h unchanged when data is not
+// exactly one valid encoding: wrong magic, unknown version or flags, a size
+// or count out of bounds, a length that does not match the count, a CRC
+// mismatch, a zero topic ID (version 2), or entries that are negative or not
+// strictly increasing, or do not end before End. It never panics, and it allocates at most what data's length
 // justifies.
 func (h *EpochHistory) UnmarshalBinary(data []byte) error {
 	fail := func(v int, reason string) error { return &HistoryError{Version: v, Reason: reason} }
@@ -323,7 +362,12 @@ func (h *EpochHistory) UnmarshalBinary(data []byte) error {
 		return fail(0, "bad magic")
 	}
 	v := int(data[3])
-	if v != historyVersion {
+	head := historyHeaderSize
+	switch v {
+	case historyVersion:
+	case historyVersionID:
+		head += historyIDSize
+	default:
 		return fail(v, "unsupported version "+strconv.Itoa(v))
 	}
 	flags := data[4]
@@ -338,7 +382,7 @@ func (h *EpochHistory) UnmarshalBinary(data []byte) error {
 		return fail(v, "size "+strconv.FormatUint(uint64(size), 10)+" out of range")
 	case count > size:
 		return fail(v, "count exceeds size")
-	case uint64(len(data)) != historyHeaderSize+historyEntrySize*uint64(count)+4:
+	case uint64(len(data)) != uint64(head)+historyEntrySize*uint64(count)+4:
 		return fail(v, "length does not match count")
 	}
 	body := data[:len(data)-4]
@@ -348,16 +392,21 @@ func (h *EpochHistory) UnmarshalBinary(data []byte) error {
 	if count == 0 && end != NoOffset {
 		return fail(v, "empty history with an end")
 	}
+	var id TopicID
+	copy(id[:], body[historyHeaderSize:head])
+	if v == historyVersionID && id == (TopicID{}) {
+		return fail(v, "zero topic ID")
+	}
 	entries := make([]EpochEntry, count)
 	for i := range entries {
-		p := body[historyHeaderSize+historyEntrySize*i:]
+		p := body[head+historyEntrySize*i:]
 		entries[i] = EpochEntry{Epoch: int32(binary.BigEndian.Uint32(p)), StartOffset: int64(binary.BigEndian.Uint64(p[4:]))}
 	}
 	if err := checkEntries(entries, end); err != nil {
 		err.(*HistoryError).Version = v
 		return err
 	}
-	h.entries, h.size, h.dropped = entries, int(size), flags&historyFlagDrop != 0
+	h.entries, h.size, h.dropped, h.topicID = entries, int(size), flags&historyFlagDrop != 0, id
 	h.end = 0
 	if count > 0 {
 		h.end = end

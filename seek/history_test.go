@@ -176,12 +176,23 @@ func TestEpochHistoryEncoding(t *testing.T) {
 		full.Observe(int32(i), int64(i)*1000, int64(i)*1000+999)
 	}
 	small, _ := EpochHistoryOf([]EpochEntry{{0, 0}, {7, 1 << 40}}, 1<<40+5, 8)
-	for _, h := range []*EpochHistory{NewEpochHistory(0), NewEpochHistory(3), small, full} {
+	named, fullNamed, emptyNamed := small.Clone(), full.Clone(), NewEpochHistory(0)
+	for _, h := range []*EpochHistory{named, fullNamed, emptyNamed} {
+		h.SetTopicID(TopicID{0xab, 15: 1})
+	}
+	for _, h := range []*EpochHistory{NewEpochHistory(0), NewEpochHistory(3), small, full, named, fullNamed, emptyNamed} {
 		b, err := h.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := historyHeaderSize + historyEntrySize*h.Len() + 4; len(b) != want {
+		want := historyHeaderSize + historyEntrySize*h.Len() + 4
+		if h.TopicID() != (TopicID{}) {
+			want += historyIDSize
+		}
+		if v := b[3]; (v == historyVersionID) != (h.TopicID() != (TopicID{})) {
+			t.Errorf("%v of topic ID %x: version %d", h, h.TopicID(), v)
+		}
+		if len(b) != want {
 			t.Errorf("%v: %d bytes, want %d", h, len(b), want)
 		}
 		pre := []byte("prefix")
@@ -197,8 +208,35 @@ func TestEpochHistoryEncoding(t *testing.T) {
 			t.Errorf("round trip: got %v (size %d), want %v (size %d)", &got, got.Size(), h, h.Size())
 		}
 	}
-	if len(mustMarshal(t, full)) != 793 {
-		t.Errorf("a full default history is %d bytes, documented 793", len(mustMarshal(t, full)))
+	if len(mustMarshal(t, full)) != 793 || len(mustMarshal(t, fullNamed)) != 809 {
+		t.Errorf("a full default history is %d bytes (%d with a topic ID), documented 793 (809)",
+			len(mustMarshal(t, full)), len(mustMarshal(t, fullNamed)))
+	}
+}
+
+// SetTopicID names the incarnation; naming another one empties the history
+// (its records were the deleted topic's); a zero ID changes nothing; Reset
+// and Clone keep the ID.
+func TestEpochHistoryTopicID(t *testing.T) {
+	a, b := TopicID{1}, TopicID{2}
+	h, _ := EpochHistoryOf([]EpochEntry{{1, 0}, {4, 50}}, 60, 0)
+	h.SetTopicID(a)
+	h.SetTopicID(TopicID{})
+	h.SetTopicID(a)
+	if h.TopicID() != a || h.Len() != 2 || h.End() != 60 {
+		t.Fatalf("same ID: %v of %x", h, h.TopicID())
+	}
+	if c := h.Clone(); c.TopicID() != a {
+		t.Fatalf("clone of %x names %x", a, c.TopicID())
+	}
+	h.SetTopicID(b)
+	if h.TopicID() != b || h.Len() != 0 || h.End() != NoOffset || h.Dropped() {
+		t.Fatalf("another ID: %v of %x", h, h.TopicID())
+	}
+	h.Observe(0, 0, 4)
+	h.Reset()
+	if h.TopicID() != b {
+		t.Fatalf("Reset forgot the ID: %x", h.TopicID())
 	}
 }
 
@@ -220,7 +258,9 @@ func TestEpochHistoryDecodeRejects(t *testing.T) {
 		{"truncated entry", good[:len(good)-5]},
 		{"trailing byte", append(bytes.Clone(good), 0)},
 		{"magic", edit(func(b []byte) []byte { b[0] = 'X'; return resum(b) })},
-		{"version", edit(func(b []byte) []byte { b[3] = 2; return resum(b) })},
+		{"version", edit(func(b []byte) []byte { b[3] = 3; return resum(b) })},
+		{"version 2 without a topic ID", edit(func(b []byte) []byte { b[3] = 2; return resum(b) })},
+		{"zero topic ID", resum(append(append(append([]byte("KEH\x02\x00"), 0, 0, 0, 64, 0, 0, 0, 0), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), make([]byte, 16+4)...))},
 		{"flags", edit(func(b []byte) []byte { b[4] = 0x80; return resum(b) })},
 		{"crc", edit(func(b []byte) []byte { b[len(b)-1] ^= 1; return b })},
 		{"payload bit flip", edit(func(b []byte) []byte { b[historyHeaderSize+3] ^= 1; return b })},
@@ -263,6 +303,9 @@ func FuzzEpochHistoryDecode(f *testing.F) {
 	h, _ := EpochHistoryOf([]EpochEntry{{1, 0}, {4, 50}}, 60, 0)
 	f.Add(mustMarshal(f, h))
 	f.Add(mustMarshal(f, NewEpochHistory(1)))
+	named := h.Clone()
+	named.SetTopicID(TopicID{7, 15: 7})
+	f.Add(mustMarshal(f, named))
 	f.Add([]byte("KEH\x01"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -309,7 +352,8 @@ func mustMarshal(tb testing.TB, h *EpochHistory) []byte {
 }
 
 func sameHistory(a, b *EpochHistory) bool {
-	return slices.Equal(a.entries, b.entries) && a.End() == b.End() && a.Size() == b.Size() && a.Dropped() == b.Dropped()
+	return slices.Equal(a.entries, b.entries) && a.End() == b.End() && a.Size() == b.Size() && a.Dropped() == b.Dropped() &&
+		a.TopicID() == b.TopicID()
 }
 
 // checkInvariants fails when h is not strictly increasing, holds more than

@@ -47,9 +47,20 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 			p.pos = Position{Offset: s.Offset, Epoch: NoEpoch}
 			p.halt(HaltUnvalidated, CodeNone)
 		default:
-			p.raiseSeen(s.Epoch)
 			p.pos = Position{Offset: s.Offset, Epoch: s.Epoch}
 			p.lineage.seed(s.History, p.pos)
+			if id := s.History.TopicID(); id != (TopicID{}) {
+				if p.topicID != (TopicID{}) && id != p.topicID {
+					// The history is of a deleted incarnation of the
+					// topic: every stored offset was of a log that is
+					// gone, and its epochs mean nothing in this one.
+					p.broken(Recreated, Range{From: 0, To: s.Offset}, Range{})
+					return
+				}
+				// Metadata naming another ID reports Recreated.
+				p.topicID = id
+			}
+			p.raiseSeen(s.Epoch)
 			p.validate(purposeValidate)
 		}
 	case StartEarliest:

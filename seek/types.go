@@ -198,6 +198,12 @@ func AtEpoch(offset int64, epoch int32) Start {
 // about an epoch the leader no longer has is recognized
 // (Truncation.EpochPruned).
 //
+// A history that names a topic ID (EpochHistory.TopicID) is of that
+// incarnation of the topic: when metadata names another ID (the topic was
+// deleted and created again since), nothing is validated and the break is
+// reported as Recreated, every offset below offset replaced, then handled
+// by the policy like any recreation.
+//
 // When the history does not give that epoch (it is nil or empty, it starts
 // after offset-1 or ends before it, or offset is 0), the start is
 // unvalidated: Unvalidated reports it at once, and the partition takes the
