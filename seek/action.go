@@ -251,7 +251,9 @@ type Truncation struct {
 	// [Divergent, Consumed) for Diverged (from the first offset consumed
 	// if that is later: a reset or seek started above the divergence),
 	// [0, Consumed) for Recreated (from the first offset consumed, when
-	// the lineage saw everything consumed since a reset or seek), and
+	// the lineage saw everything consumed since a reset or seek, and
+	// empty when nothing was consumed since; a bound rewind leaves what
+	// was consumed below it out of the lineage), and
 	// [?, Consumed) (From = NoOffset, an unknown suffix) for Unlocated and
 	// PastLogEnd; empty for BelowLogStart.
 	Replaced Range

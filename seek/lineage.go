@@ -34,11 +34,15 @@ type Lineage struct {
 	// partial: records were consumed before the first step that the
 	// lineage knows nothing about (a pre-v2 message set).
 	partial bool
+	// rootAt is where a reset, a seek without an epoch or a rewind rooted
+	// the lineage, with nothing consumed below it in this lineage unless
+	// the lineage is partial or has a claim; NoOffset when not rooted.
+	rootAt int64
 }
 
 // newLineage returns an empty lineage remembering at most max epochs.
 func newLineage(max int) Lineage {
-	return Lineage{steps: make([]EpochStart, 0, max), max: max, claim: EpochStart{Epoch: NoEpoch, Start: NoOffset}}
+	return Lineage{steps: make([]EpochStart, 0, max), max: max, claim: EpochStart{Epoch: NoEpoch, Start: NoOffset}, rootAt: NoOffset}
 }
 
 // reset forgets everything.
@@ -46,6 +50,7 @@ func (l *Lineage) reset() {
 	l.steps = l.steps[:0]
 	l.claim = EpochStart{Epoch: NoEpoch, Start: NoOffset}
 	l.partial = false
+	l.rootAt = NoOffset
 }
 
 // root restarts the lineage at position p: if p has an epoch, record
@@ -54,7 +59,9 @@ func (l *Lineage) root(p Position) {
 	l.reset()
 	if p.Epoch >= 0 && p.Offset > 0 {
 		l.claim = EpochStart{Epoch: p.Epoch, Start: p.Offset - 1}
+		return
 	}
+	l.rootAt = p.Offset
 }
 
 // observe records that offsets from `from` on were consumed in epoch. It
@@ -141,10 +148,14 @@ func (l *Lineage) seed(h *EpochHistory, p Position) {
 
 // consumedFrom returns the first offset consumed in this lineage, if the
 // lineage saw everything consumed since its root (no claim, nothing
-// forgotten).
+// forgotten); when nothing was consumed yet, its root, if nothing was
+// consumed below it either.
 func (l *Lineage) consumedFrom() (int64, bool) {
-	if l.claim.Epoch >= 0 || l.partial || len(l.steps) == 0 {
+	switch {
+	case l.claim.Epoch >= 0 || l.partial:
 		return NoOffset, false
+	case len(l.steps) == 0:
+		return l.rootAt, l.rootAt >= 0
 	}
 	return l.steps[0].Start, true
 }
@@ -168,10 +179,15 @@ func (l *Lineage) firstAbove(e int32, below int64) int64 {
 // truncate keeps the history below offset d after the log was found to
 // diverge at d with the leader's epoch e there. If exact, the history below
 // d matches the leader and is kept; otherwise it cannot be vouched for and
-// the lineage restarts from the claim (d, e).
+// the lineage restarts from the claim (d, e), partial when records were
+// consumed below d.
 func (l *Lineage) truncate(d int64, e int32, exact bool) {
 	if !exact {
+		from, known := l.consumedFrom()
 		l.root(Position{Offset: d, Epoch: e})
+		// What was consumed below d is outside the lineage now (unless
+		// nothing was), and still consumed.
+		l.partial = d > 0 && !(known && from >= d)
 		return
 	}
 	n := len(l.steps)
