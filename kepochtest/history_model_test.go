@@ -20,15 +20,26 @@ import (
 // TestHistoryRestartModel is a randomized end-to-end model of an
 // application that stores (next offset, EpochHistory) atomically with its
 // output after every Poll and restarts from them with AtHistory, while the
-// partition goes through unclean elections, clean elections and record
-// deletion, some while the application is down. At the end it checks:
-// every record of the final log was processed exactly once; no record was
-// processed twice; no record still in the log was reported replaced; and
-// every processed record an unclean election removed was reported
-// replaced, unless a later DeleteRecords took its offset below the log
-// start (documented: nobody can compare those; seek.Truncation.Exact).
-// Every seed run so far located each loss it had to report, bound
-// reports included.
+// partition goes through unclean elections, clean elections, record
+// deletion and topic recreation, some while the application is down. At
+// the end it checks: every record of the final log was processed exactly
+// once; no record was processed twice; no record still in the log was
+// reported replaced; every processed record an unclean election removed
+// was reported replaced, unless a later DeleteRecords took its offset
+// below the log start (documented: nobody can compare those;
+// seek.Truncation.Exact); and every processed record of a deleted
+// incarnation of the topic was reported replaced, unless DeleteRecords had
+// removed it (a Recreated report's Replaced reaches back to the first
+// offset consumed since the last reset: seek.Truncation.Replaced).
+//
+// A recreation is expected to be reported as Recreated (whether the
+// application was running, or restarts from a history stored in the old
+// incarnation): as it happens, it checks that no record of a new
+// incarnation is processed before that report, that the report matches
+// errors.ErrTopicIDChanged and its Replaced ends at the application's
+// position, and that a report made when nothing was processed since the
+// last reset replaces nothing. Every seed run so far located each loss it
+// had to report, bound reports included.
 //
 // KEPOCH_HISTORY_SEED sets the first seed (1 by default; alone, it runs
 // that seed only), KEPOCH_HISTORY_SEEDS the number of seeds (3 by default).
@@ -59,6 +70,14 @@ type histApp struct {
 	next       int64 // next offset the application processes; -1 after a reset, until a record comes
 	storedOff  int64
 	storedHist []byte
+	// inc counts the topic's recreations: the incarnation being written.
+	// posInc is the incarnation of the application's position (-1 before
+	// the first record and after a Recreated report, until a record
+	// comes), storedInc that of the stored one; incOf is each value's
+	// incarnation.
+	inc, posInc, storedInc int
+	incOf                  map[string]int
+	recreations            int // Recreated reports
 
 	view      map[int64]string // the application's output: offset → value processed there
 	delivered map[string]int
@@ -70,8 +89,8 @@ type histApp struct {
 	// a lost record whose offset a later deletion took below the log start
 	// is one nobody can compare (seek.Truncation.Exact).
 	starts []struct {
-		step  int
-		start int64
+		step, inc int
+		start     int64
 	}
 	deleted   map[string]bool // values DeleteRecords removed
 	bound     bool            // a Diverged report was a bound
@@ -98,6 +117,7 @@ func (a *histApp) produce(n int) []string {
 	var vs []string
 	for range n {
 		vs = append(vs, fmt.Sprintf("v%d", a.seq))
+		a.incOf[vs[len(vs)-1]] = a.inc
 		a.seq++
 	}
 	offs, err := a.c.Produce(a.ctx(), modelTopic, 0, vs...)
@@ -154,7 +174,7 @@ func (a *histApp) restart() {
 		}
 		s = consumer.At(a.storedOff)
 	}
-	a.next = a.storedOff
+	a.next, a.posInc = a.storedOff, a.storedInc
 	a.start(s)
 }
 
@@ -171,6 +191,21 @@ func (a *histApp) pollOnce() {
 		if e.Kind == consumer.Diverged && !e.Exact {
 			a.bound = true
 		}
+		if e.Kind == consumer.Recreated {
+			a.recreations++
+			switch {
+			case !errors.Is(e.Err(), kerrors.ErrTopicIDChanged):
+				a.anomalies = append(a.anomalies, fmt.Sprintf("Recreated report %v: error %v", e, e.Err()))
+			case a.posInc >= 0 && a.posInc == a.inc:
+				a.anomalies = append(a.anomalies, fmt.Sprintf("Recreated report %v: the topic was not recreated since incarnation %d", e, a.posInc))
+			case e.Replaced.From < 0 || e.Replaced.To != e.Consumed.Offset:
+				a.anomalies = append(a.anomalies, fmt.Sprintf("Recreated report %v: replaced %v does not end at the consumed offset", e, e.Replaced))
+			case a.next >= 0 && e.Consumed.Offset != a.next:
+				a.anomalies = append(a.anomalies, fmt.Sprintf("Recreated report %v: consumed %d, the application is at %d", e, e.Consumed.Offset, a.next))
+			case a.next < 0 && !e.Replaced.Empty():
+				a.anomalies = append(a.anomalies, fmt.Sprintf("Recreated report %v: replaced %v, but nothing was processed since the last reset", e, e.Replaced))
+			}
+		}
 		from := max(e.Replaced.From, 0)
 		for o := from; o < e.Replaced.To; o++ {
 			if v, ok := a.view[o]; ok {
@@ -178,9 +213,15 @@ func (a *histApp) pollOnce() {
 				delete(a.view, o)
 			}
 		}
-		if e.Kind == consumer.Diverged {
+		switch e.Kind {
+		case consumer.Diverged:
 			a.next = e.Resume.Offset
-		} else {
+		case consumer.Recreated:
+			// The old incarnation's records are gone: what is left of
+			// them in the view was deleted before (checked at the end).
+			a.next, a.posInc = -1, -1
+			clear(a.view)
+		default:
 			a.next = -1
 		}
 	}
@@ -195,6 +236,12 @@ func (a *histApp) pollOnce() {
 		if a.next >= 0 && r.Offset != a.next {
 			a.anomalies = append(a.anomalies, fmt.Sprintf("record %s at %d, expected offset %d", v, r.Offset, a.next))
 		}
+		if a.posInc >= 0 && a.next != 0 && a.incOf[v] != a.posInc {
+			// (At offset 0 nothing processed is left to lose: the
+			// consumer reads whatever log there is from its start.)
+			a.anomalies = append(a.anomalies, fmt.Sprintf("record %s at %d of incarnation %d, the position's is %d (no Recreated report)", v, r.Offset, a.incOf[v], a.posInc))
+		}
+		a.posInc = a.incOf[v]
 		a.view[r.Offset] = v
 		a.delivered[v]++
 		a.next = r.Offset + 1
@@ -206,7 +253,7 @@ func (a *histApp) pollOnce() {
 		h, _ := a.cons.EpochHistory(modelTopic, 0)
 		if a.next >= 0 {
 			b, _ := h.MarshalBinary()
-			a.storedOff, a.storedHist = a.next, b
+			a.storedOff, a.storedHist, a.storedInc = a.next, b, a.posInc
 			a.logf("store (%d, %v)", a.next, h)
 		}
 	}
@@ -237,7 +284,7 @@ func (a *histApp) fault() {
 	if err != nil {
 		a.fail("partition: %v", err)
 	}
-	switch k := a.rng.IntN(10); {
+	switch k := a.rng.IntN(15); {
 	case k < 5: // unclean election
 		if st.LogEnd <= st.LogStart {
 			return
@@ -267,7 +314,7 @@ func (a *histApp) fault() {
 		}
 		a.logf("clean election epoch %d → %d", el.OldEpoch, el.NewEpoch)
 		a.produce(1 + a.rng.IntN(3))
-	default:
+	case k < 10:
 		before := a.records()
 		off := st.LogStart + a.rng.Int64N(st.LogEnd-st.LogStart+1)
 		ls, err := a.c.DeleteRecords(ctx, modelTopic, 0, off)
@@ -276,22 +323,43 @@ func (a *histApp) fault() {
 		}
 		a.step++
 		a.starts = append(a.starts, struct {
-			step  int
-			start int64
-		}{a.step, ls})
+			step, inc int
+			start     int64
+		}{a.step, a.inc, ls})
 		for _, r := range before {
 			if r.Offset < ls {
 				a.deleted[string(r.Value)] = true
 			}
 		}
 		a.logf("delete records below %d: log start %d", off, ls)
+	case k < 12:
+		a.recreate(ctx)
+	default: // more often while the application is down
+		if a.cons == nil {
+			a.recreate(ctx)
+		}
+	}
+}
+
+// recreate deletes the topic and creates it again (a new topic ID, an
+// empty log, epochs from 0), then perhaps writes to it.
+func (a *histApp) recreate(ctx context.Context) {
+	r, err := a.c.RecreateTopic(ctx, modelTopic, 1)
+	if err != nil {
+		a.fail("recreate topic: %v", err)
+	}
+	a.step++
+	a.inc++
+	a.logf("recreate topic: incarnation %d, ID %x → %x", a.inc, r.OldID[:4], r.NewID[:4])
+	if n := a.rng.IntN(4); n > 0 {
+		a.produce(n)
 	}
 }
 
 func runHistoryModel(t *testing.T, seed uint64) {
 	a := &histApp{
 		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		view: map[int64]string{}, delivered: map[string]int{}, reported: map[string]bool{},
+		view: map[int64]string{}, delivered: map[string]int{}, reported: map[string]bool{}, incOf: map[string]int{},
 		lost: map[string]int64{}, lostStep: map[string]int{}, deleted: map[string]bool{},
 	}
 	a.c = kepochtest.New(t, kepochtest.Topic(modelTopic, 1))
@@ -299,7 +367,7 @@ func runHistoryModel(t *testing.T, seed uint64) {
 		a.produce(1 + a.rng.IntN(4))
 	}
 	a.start(consumer.At(0))
-	a.next = 0
+	a.next, a.posInc, a.storedInc = 0, -1, -1
 	a.storedHist, _ = consumer.NewEpochHistory(0).MarshalBinary()
 	steps := 8 + a.rng.IntN(6)
 	for range steps {
@@ -354,13 +422,13 @@ func runHistoryModel(t *testing.T, seed uint64) {
 				problems = append(problems, fmt.Sprintf("record %s delivered %d times", v, n))
 			}
 		}
-		if off, ok := a.lost[v]; ok && !a.deleted[v] && !a.reported[v] {
-			if _, ok := inLog[v]; ok {
-				continue
-			}
+		if _, ok := inLog[v]; ok || a.deleted[v] || a.reported[v] {
+			continue
+		}
+		if off, ok := a.lost[v]; ok {
 			belowStart := false
 			for _, s := range a.starts {
-				belowStart = belowStart || s.step > a.lostStep[v] && s.start > off
+				belowStart = belowStart || s.inc == a.incOf[v] && s.step > a.lostStep[v] && s.start > off
 			}
 			if belowStart {
 				continue // documented: below the log start, nobody can compare
@@ -370,7 +438,13 @@ func runHistoryModel(t *testing.T, seed uint64) {
 				msg += " (a bound report was made)"
 			}
 			problems = append(problems, msg)
+			continue
 		}
+		if a.incOf[v] < a.inc {
+			problems = append(problems, fmt.Sprintf("processed record %s of incarnation %d (recreated since), never reported", v, a.incOf[v]))
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("processed record %s is not in the log, and no fault removed it", v))
 	}
 	if len(problems) > 0 {
 		a.fail("seed %d:\n  %s", seed, strings.Join(problems, "\n  "))
@@ -378,5 +452,6 @@ func runHistoryModel(t *testing.T, seed uint64) {
 	if os.Getenv("KEPOCH_HISTORY_TRACE") != "" {
 		t.Logf("trace:\n  %s", strings.Join(a.trace, "\n  "))
 	}
-	t.Logf("seed %d: %d records in the final log, %d processed, %d reported replaced, bound %v", seed, len(final), len(a.delivered), len(a.reported), a.bound)
+	t.Logf("seed %d: %d records in the final log, %d processed, %d reported replaced, bound %v, %d recreations, %d Recreated reports",
+		seed, len(final), len(a.delivered), len(a.reported), a.bound, a.inc, a.recreations)
 }
