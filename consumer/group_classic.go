@@ -25,13 +25,19 @@ import (
 //		cooperative: revoke what moved (commit, OnRevoked); rejoin at once if anything was revoked
 //		assign what is new (OffsetFetch with epochs, OnAssigned)
 //		wait: a heartbeat error (REBALANCE_IN_PROGRESS → rejoin; ILLEGAL_GENERATION,
-//		      UNKNOWN_MEMBER_ID → OnLost, rejoin; FENCED_INSTANCE_ID → OnLost, stop),
+//		      UNKNOWN_MEMBER_ID, no answer for a session timeout → OnLost, rejoin;
+//		      FENCED_INSTANCE_ID → OnLost, stop),
 //		      a new subscription, or changed metadata (partition counts, regex matches)
 //	}
 
 // errRejoin ends a session to rejoin the group (new subscription or
 // metadata, or a cooperative revocation).
 var errRejoin = errors.New("kepoch: rejoining the group")
+
+// ErrGroupSessionExpired: no heartbeat of the member was answered for a
+// session timeout. The coordinator has evicted it by then, so its
+// partitions are dropped as lost (OnLost, no commit) and it rejoins.
+var ErrGroupSessionExpired = errors.New("kepoch: group session expired without an answer from the coordinator")
 
 // errFatal ends the member loop.
 var errFatal = errors.New("kepoch: group membership ended")
@@ -157,6 +163,9 @@ func (g *group) afterSession(cause error) {
 	case g.ctx.Err() != nil:
 	case isCode(cause, kerr.IllegalGeneration):
 		g.loseAll(false)
+	case errors.Is(cause, ErrGroupSessionExpired):
+		g.loseAll(false)
+		g.surface("heartbeat", ErrGroupSessionExpired)
 	case isCode(cause, kerr.UnknownMemberID):
 		g.loseAll(true)
 	case isCode(cause, kerr.FencedInstanceID):
@@ -403,10 +412,13 @@ func (g *group) lead(ctx context.Context, j joined, topics []string) (map[string
 
 // heartbeat sends Heartbeat every interval until sess ends, and ends the
 // session with the error of the first answer that is neither NONE nor
-// tolerated (nil: nothing is).
+// tolerated (nil: nothing is), or with ErrGroupSessionExpired once a
+// session timeout passed without any answer: the coordinator has evicted
+// the member by then and may have given its partitions to others.
 func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j joined, tolerated error) {
 	t := time.NewTicker(g.cfg.heartbeatInterval)
 	defer t.Stop()
+	expires := time.Now().Add(g.cfg.sessionTimeout)
 	for {
 		select {
 		case <-sess.Done():
@@ -418,12 +430,20 @@ func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j j
 		req.Generation = j.generation
 		req.MemberID = j.memberID
 		req.InstanceID = g.cfg.instanceID
-		rctx, cancel := context.WithTimeout(sess, g.cfg.sessionTimeout)
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(sess, expires)
 		resp, err := req.RequestWith(rctx, g.c.cl)
 		cancel()
 		if err != nil {
+			if sess.Err() == nil && !time.Now().Before(expires) {
+				end(&GroupError{Group: g.cfg.id, Op: "heartbeat", Err: ErrGroupSessionExpired})
+				return
+			}
 			continue // transport trouble: the next beat retries
 		}
+		// The coordinator saw the member no earlier than when this beat
+		// was sent.
+		expires = sent.Add(g.cfg.sessionTimeout)
 		if err := codeErr(resp.ErrorCode); err != nil && (tolerated == nil || !errors.Is(err, tolerated)) {
 			end(&GroupError{Group: g.cfg.id, Op: "heartbeat", Err: err})
 			return
