@@ -26,7 +26,8 @@ import (
 //	NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE → find the coordinator again
 //	GROUP_AUTHORIZATION_FAILED, UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID,
 //	INVALID_REQUEST, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED,
-//	UNSUPPORTED_VERSION → surfaced, membership ends
+//	UNSUPPORTED_VERSION (also a coordinator whose ApiVersions lacks
+//	ConsumerGroupHeartbeat) → surfaced, membership ends
 //
 // ConsumerGroupHeartbeat is sent to the coordinator the member finds itself
 // (FindCoordinator), since kgo does not retry it nor forget a stale
@@ -95,6 +96,13 @@ func (g *group) runConsumer() {
 		resp, err := g.heartbeat848(ctx, &st)
 		if err != nil {
 			if ctx.Err() != nil {
+				return
+			}
+			if st.coordinator >= 0 && g.lacks848(ctx, st.coordinator) {
+				// kgo refuses the request itself: the broker never
+				// answers UNSUPPORTED_VERSION for an API it does not list.
+				waitReconcile()
+				g.fatal("heartbeat", fmt.Errorf("%w: the coordinator does not support ConsumerGroupHeartbeat (KIP-848, Kafka 4.0+)", kerr.UnsupportedVersion))
 				return
 			}
 			st.coordinator = -1
@@ -247,6 +255,31 @@ func (g *group) heartbeat848(ctx context.Context, st *memberState848) (*kmsg.Con
 		return nil, err
 	}
 	return kr.(*kmsg.ConsumerGroupHeartbeatResponse), nil
+}
+
+// lacks848 reports whether broker node, asked for its API versions, does
+// not list ConsumerGroupHeartbeat. A failed question reports false.
+func (g *group) lacks848(ctx context.Context, node int32) bool {
+	rctx, cancel := context.WithTimeout(ctx, g.c.cfg.requestTimeout)
+	defer cancel()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "kepoch", "1" // v3+ refuses empty names
+	kr, err := g.c.cl.Broker(int(node)).Request(rctx, req)
+	if err != nil {
+		return false
+	}
+	resp := kr.(*kmsg.ApiVersionsResponse)
+	return resp.ErrorCode == 0 && !listsKey(resp, kmsg.ConsumerGroupHeartbeat)
+}
+
+// listsKey reports whether an ApiVersions answer lists request key k.
+func listsKey(resp *kmsg.ApiVersionsResponse, k kmsg.Key) bool {
+	for _, a := range resp.ApiKeys {
+		if a.ApiKey == int16(k) && a.MaxVersion >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // findCoordinator asks any broker for the group's coordinator.
