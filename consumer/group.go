@@ -95,6 +95,9 @@ type group struct {
 	closed     bool
 	unwatch    func() // the topics the member loop watches
 	watched    []string
+	// contact is when the latest classic request the coordinator answered
+	// was sent: it knew the member alive then.
+	contact time.Time
 
 	commits commitQueue
 

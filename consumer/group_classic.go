@@ -23,6 +23,7 @@ import (
 //		SyncGroup → this member's assignment
 //		start heartbeating (a goroutine the loop waits for)
 //		cooperative: revoke what moved (commit, OnRevoked); rejoin at once if anything was revoked
+//		             (a rejoin left unanswered for a session or rebalance timeout: OnLost)
 //		assign what is new (OffsetFetch with epochs, OnAssigned)
 //		wait: a heartbeat error (REBALANCE_IN_PROGRESS → rejoin; ILLEGAL_GENERATION,
 //		      UNKNOWN_MEMBER_ID, no answer for a session timeout → OnLost, rejoin;
@@ -102,9 +103,36 @@ func (g *group) runClassic() {
 		if ctx.Err() != nil || errors.Is(err, errFatal) {
 			return
 		}
+		if coop {
+			g.loseIfSilent()
+		}
 		if !errors.Is(err, errRejoin) && !backoff() {
 			return
 		}
+	}
+}
+
+// answered records that the coordinator answered a request sent at sent.
+func (g *group) answered(sent time.Time) {
+	g.mu.Lock()
+	if sent.After(g.contact) {
+		g.contact = sent
+	}
+	g.mu.Unlock()
+}
+
+// loseIfSilent drops the partitions a cooperative member kept while it
+// rejoins as lost once the coordinator answered nothing for a session
+// timeout (or a rebalance timeout, which bounds a rejoin): it has evicted
+// the member and may have given them to others.
+func (g *group) loseIfSilent() {
+	g.mu.Lock()
+	silent := time.Since(g.contact) >= min(g.cfg.sessionTimeout, g.cfg.rebalanceTimeout)
+	owns := len(g.owned) > 0
+	g.mu.Unlock()
+	if silent && owns {
+		g.loseAll(false)
+		g.surface("join", ErrGroupSessionExpired)
 	}
 }
 
@@ -289,10 +317,12 @@ func (g *group) join(ctx context.Context, topics []string) (joined, error) {
 			p.Metadata = g.subscription(a, topics)
 			req.Protocols = append(req.Protocols, p)
 		}
+		sent := time.Now()
 		resp, err := req.RequestWith(ctx, c.cl)
 		if err != nil {
 			return joined{}, &GroupError{Group: g.cfg.id, Op: "join", Err: err}
 		}
+		g.answered(sent)
 		err = codeErr(resp.ErrorCode)
 		switch {
 		case err == nil:
@@ -352,10 +382,12 @@ func (g *group) sync(ctx context.Context, j joined, topics []string) (tpSet, map
 			req.GroupAssignment = append(req.GroupAssignment, a)
 		}
 	}
+	sent := time.Now()
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
 		return nil, nil, &GroupError{Group: g.cfg.id, Op: "sync", Err: err}
 	}
+	g.answered(sent)
 	err = codeErr(resp.ErrorCode)
 	switch {
 	case err == nil:
@@ -444,6 +476,7 @@ func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j j
 		// The coordinator saw the member no earlier than when this beat
 		// was sent.
 		expires = sent.Add(g.cfg.sessionTimeout)
+		g.answered(sent)
 		if err := codeErr(resp.ErrorCode); err != nil && (tolerated == nil || !errors.Is(err, tolerated)) {
 			end(&GroupError{Group: g.cfg.id, Op: "heartbeat", Err: err})
 			return
