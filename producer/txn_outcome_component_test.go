@@ -137,3 +137,39 @@ func TestTxnIdleLoopSleeps(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A commit whose EndTxn got no answer is sent again; if the retry is
+// refused (INVALID_TXN_STATE: the coordinator has moved on, perhaps by
+// completing the very commit whose answer was lost), the commit may have
+// happened: CommitTransaction must say the outcome is unknown rather than
+// report a plain failure.
+func TestTxnCommitRetryRefusedOutcomeUnknown(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-commit-refused", producer.RequestTimeout(200*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch n.Add(1) {
+		case 1: // applied, but answered after the client gave up
+			c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
+			return nil, nil, false
+		case 2:
+			resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = kerr.InvalidTxnState.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	err := p.CommitTransaction(ctx)
+	if n.Load() < 2 {
+		t.Fatalf("EndTxn sent %d times: %v", n.Load(), err)
+	}
+	if !errors.Is(err, errors.ErrUnknownOutcome) {
+		t.Fatalf("commit whose EndTxn answer was lost, retry refused: %v; want ErrUnknownOutcome", err)
+	}
+}

@@ -6,11 +6,12 @@ package producer
 // and consumes their answers.
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kepoch/kepoch/errors"
 )
 
 // TxnStateKind is a transactional producer state.
@@ -652,6 +653,9 @@ type EndTxnResult struct {
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, other
 //
+// A commit refused after an attempt that got no answer (which may have
+// committed) fails with an error that also wraps errors.ErrUnknownOutcome.
+//
 // EndTxn is sent only if the transaction may have reached the coordinator
 // (an AddPartitionsToTxn succeeded or got no answer; with implicit adds, a
 // batch was sent); otherwise Commit and Abort end it locally.
@@ -673,50 +677,61 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 		return t.retryOutstanding(find), nil
 	}
 	t.outstanding = nil
+	step := t.endTxnAnswered(req, r)
+	if req.Commit && r.Code != 0 && t.endTxnUncertain && step.Done && step.Err != nil {
+		// An earlier attempt of this commit got no answer: it may have
+		// committed before the coordinator refused the retry.
+		step.Err = fmt.Errorf("%w: %w", step.Err, errors.ErrUnknownOutcome)
+	}
+	return step, nil
+}
+
+// endTxnAnswered applies an EndTxn answer that settles the request.
+func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 	switch r.Code {
 	case 0:
 		if r.Producer.Valid() {
 			d, err := t.seq.SetProducer(r.Producer)
 			if err != nil {
-				return t.fatal(err), nil
+				return t.fatal(err)
 			}
 			_ = t.transition(TxnReady)
 			t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
-			return TxnStep{Decision: d, Done: true}, nil
+			return TxnStep{Decision: d, Done: true}
 		}
 		if t.endTxnUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {
 			t.startBump()
-			return t.Poll(), nil
+			return t.Poll()
 		}
 		if err := t.seq.Resume(); err != nil {
 			t.startBump()
-			return t.Poll(), nil
+			return t.Poll()
 		}
 		_ = t.transition(TxnReady)
 		t.err = nil
-		return TxnStep{Done: true}, nil
+		return TxnStep{Done: true}
 	case kerr.InvalidProducerIDMapping.Code:
 		t.skipEndTxn = true
 		if req.Commit {
-			return t.abortable(codeError(r.Code), true, true), nil
+			return t.abortable(codeError(r.Code), true, true)
 		}
 		t.startBump()
-		return t.Poll(), nil
+		return t.Poll()
 	case kerr.TransactionAbortable.Code:
 		if req.Commit {
-			return t.abortable(codeError(r.Code), true, false), nil
+			return t.abortable(codeError(r.Code), true, false)
 		}
-		return t.fatal(codeError(r.Code)), nil
+		return t.fatal(codeError(r.Code))
 	case kerr.InvalidTxnState.Code:
 		if !t.started {
 			// The transaction never started after all (an add or a
 			// produce whose outcome was unknown did not reach the
 			// coordinator): nothing to end. Bump to leave no doubt.
 			t.bumpRequired = true
-			return t.endedLocally(false), nil
+			return t.endedLocally(false)
 		}
-		return t.fatal(codeError(r.Code)), nil
+		return t.fatal(codeError(r.Code))
 	default:
-		return t.fatal(codeError(r.Code)), nil
+		return t.fatal(codeError(r.Code))
 	}
 }
