@@ -126,6 +126,10 @@ type Producer struct {
 	// ended (txnLeftKind names it); a retry of the same operation waits on it.
 	txnLeft     chan error
 	txnLeftKind string
+	// endTxnLost counts EndTxn requests written whose answer never came
+	// (the write hook's count): the transport resends such a request by
+	// itself, and the TxnState must learn that the first may have applied.
+	endTxnLost atomic.Uint64
 	// offsetsBusy: SendOffsetsToTransaction calls under way; Commit and
 	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
 	offsetsBusy int

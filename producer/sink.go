@@ -106,6 +106,15 @@ func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _
 	}
 }
 
+// OnBrokerE2E counts EndTxn requests written but not answered (a connection
+// lost after the write): kgo resends them itself, so sendTxn would not
+// otherwise know that an earlier attempt may have been applied.
+func (h writeHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key == int16(kmsg.EndTxn) && e2e.WriteErr == nil && e2e.ReadErr != nil {
+		h.p.endTxnLost.Add(1)
+	}
+}
+
 // sent is one batch in a Produce request.
 type sent struct {
 	b   *pbatch

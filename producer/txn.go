@@ -316,8 +316,9 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		req.TransactionalID = r.TransactionalID
 		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
 		req.Commit = r.Commit
+		lost := p.endTxnLost.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
-		res := EndTxnResult{Producer: NoProducerID}
+		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost}
 		if err != nil {
 			res.Delivery = p.delivery(err)
 		} else {

@@ -173,3 +173,37 @@ func TestTxnCommitRetryRefusedOutcomeUnknown(t *testing.T) {
 		t.Fatalf("commit whose EndTxn answer was lost, retry refused: %v; want ErrUnknownOutcome", err)
 	}
 }
+
+// The same when the lost answer is a dropped connection: the transport
+// resends the EndTxn by itself, and the refusal of that resend must still
+// be reported with ErrUnknownOutcome (the first attempt was written and
+// may have committed).
+func TestTxnCommitResentByTransportRefusedOutcomeUnknown(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-commit-dropped")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch n.Add(1) {
+		case 1:
+			return nil, errors.New("connection lost before the answer"), true
+		case 2:
+			resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = kerr.InvalidTxnState.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	err := p.CommitTransaction(ctx)
+	if n.Load() < 2 {
+		t.Fatalf("EndTxn sent %d times: %v", n.Load(), err)
+	}
+	if !errors.Is(err, errors.ErrUnknownOutcome) {
+		t.Fatalf("commit whose EndTxn connection dropped, resend refused: %v; want ErrUnknownOutcome", err)
+	}
+}

@@ -630,6 +630,9 @@ type EndTxnResult struct {
 	Delivery Delivery
 	Code     int16
 	Producer ProducerID
+	// Resent: an earlier attempt of this request was written but got no
+	// answer, and the transport sent it again (it may have been applied).
+	Resent bool
 }
 
 // HandleEndTxn applies the answer to the outstanding EndTxn.
@@ -664,7 +667,7 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 	if !ok || (t.state != TxnCommitting && t.state != TxnAborting) {
 		return TxnStep{}, fmt.Errorf("%w: no EndTxn outstanding", ErrTxnState)
 	}
-	if r.Delivery == NoResponse {
+	if r.Delivery == NoResponse || r.Resent {
 		t.endTxnUncertain = true
 	}
 	if r.Delivery != Answered {
