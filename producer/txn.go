@@ -127,7 +127,6 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		p.mu.Unlock()
 		return errors.ErrClosed
 	default:
-		p.txnLeft = nil
 		if p.txnDone != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("producer: %w: another transaction operation is in progress", ErrTxnState)
@@ -136,10 +135,12 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		p.txnDone, p.txnKind = done, kind
 		step, err := op()
 		if err != nil {
+			// Refused: a left operation's outcome stays for its retry.
 			p.txnDone = nil
 			p.mu.Unlock()
 			return err
 		}
+		p.txnLeft = nil
 		p.txnStepLocked(step)
 	}
 	p.mu.Unlock()

@@ -207,3 +207,37 @@ func TestTxnCommitResentByTransportRefusedOutcomeUnknown(t *testing.T) {
 		t.Fatalf("commit whose EndTxn connection dropped, resend refused: %v; want ErrUnknownOutcome", err)
 	}
 }
+
+// A commit left running by its caller's context, then an AbortTransaction
+// (refused: the commit is still under way): the commit's outcome must still
+// reach the next CommitTransaction. The refused abort once discarded it,
+// and the retried commit said only that no transaction was open.
+func TestTxnCommitOutcomeSurvivesRefusedAbort(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-commit-abort")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	var once atomicBool
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if once.set() {
+			c.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := p.CommitTransaction(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first CommitTransaction: %v", err)
+	}
+	if err := p.AbortTransaction(ctx); err == nil {
+		t.Fatal("AbortTransaction succeeded while the commit was under way")
+	}
+	time.Sleep(time.Second) // the commit completes in the background meanwhile
+	wantCommitted(t, c, "a")
+	if err := p.CommitTransaction(ctx); err != nil {
+		t.Fatalf("the transaction committed, but the retried CommitTransaction says: %v", err)
+	}
+}
