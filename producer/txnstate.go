@@ -653,6 +653,7 @@ type EndTxnResult struct {
 //	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
 //	TRANSACTION_ABORTABLE (commit)          abortable, bump
 //	INVALID_TXN_STATE, start uncertain      the transaction never started: ended, then bump
+//	  (not a commit with batches)
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, other
 //
@@ -726,10 +727,12 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 		}
 		return t.fatal(codeError(r.Code))
 	case kerr.InvalidTxnState.Code:
-		if !t.started {
+		if !t.started && (!req.Commit || t.seq.assigned == t.assignedAtBegin) {
 			// The transaction never started after all (an add or a
 			// produce whose outcome was unknown did not reach the
 			// coordinator): nothing to end. Bump to leave no doubt.
+			// Not for a commit with batches (implicit adds): they
+			// were acknowledged, so it had started.
 			t.bumpRequired = true
 			return t.endedLocally(false)
 		}

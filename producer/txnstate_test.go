@@ -635,3 +635,24 @@ func TestTxnBumpAnsweredTransactionAbortable(t *testing.T) {
 		t.Fatalf("second abort: step %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
 	}
 }
+
+// TestTxnV2CommitRefusedAfterAckedProduce: with implicit adds, an
+// acknowledged batch means the coordinator had the transaction, so
+// INVALID_TXN_STATE answering its commit is a failure, never "the
+// transaction never started" (which reported the commit successful
+// although its records may have been aborted).
+func TestTxnV2CommitRefusedAfterAckedProduce(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true, ImplicitAddPartitions: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, okAt(0))
+	step, _ := h.tx.Commit()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	step = h.endTxn(EndTxnResult{Code: kerr.InvalidTxnState.Code})
+	if _, ok := step.Send.(*InitProducerIDRequest); ok {
+		step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
+	}
+	if !step.Done || step.Err == nil {
+		t.Fatalf("commit refused with INVALID_TXN_STATE: %+v, state %v", step, h.tx.State())
+	}
+}
