@@ -303,11 +303,18 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 		}
 		var err error
 		p, err = s.lookup(topic, partition)
-		if !id.IsZero() && !p.TopicID.IsZero() && p.TopicID != id {
+		// The topic's ID, not the partition's: a new incarnation may not
+		// have this partition at all.
+		var now TopicID
+		if t := s.topics[topic]; t != nil {
+			now = t.ID
+		}
+		if !id.IsZero() && !now.IsZero() && now != id {
+			p.TopicID = now
 			return true, &errors.PartitionError{Op: "wait", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: p.LeaderEpoch, Err: errors.ErrTopicIDChanged}
 		}
 		if id.IsZero() {
-			id = p.TopicID
+			id = now
 		}
 		return err == nil && p.LeaderEpoch >= minEpoch, nil
 	})

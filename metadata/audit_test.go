@@ -1,0 +1,58 @@
+package metadata
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kepoch/kepoch/errors"
+)
+
+// awaitResult advances the fake clock until res delivers or two seconds of
+// real time pass.
+func awaitWait[T any](t *testing.T, clock *fakeClock, res <-chan T) (T, bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		clock.Advance(time.Second)
+		select {
+		case got := <-res:
+			return got, true
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// A topic recreated with fewer partitions while WaitFor waits for one that
+// the new incarnation no longer has: the ID changed, so WaitFor must say so
+// instead of waiting for a partition of the old incarnation forever.
+func TestWaitForRecreatedWithFewerPartitions(t *testing.T) {
+	r, fc, clock := newTestRefresher(t)
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 3}, fakePartition{leader: 2, epoch: 3})
+	if _, err := r.WaitFor(ctxBg, "t", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		p   Partition
+		err error
+	}
+	res := make(chan result, 1)
+	ctx, cancel := context.WithCancel(ctxBg)
+	defer cancel()
+	go func() {
+		p, err := r.WaitFor(ctx, "t", 1, 9)
+		res <- result{p, err}
+	}()
+	fc.set("t", id(2), fakePartition{leader: 1, epoch: 0})
+	got, ok := awaitWait(t, clock, res)
+	if !ok {
+		cancel()
+		got = <-res
+		t.Fatalf("WaitFor across a recreation that dropped the partition never returned (then %v)", got.err)
+	}
+	if !errors.Is(got.err, errors.ErrTopicIDChanged) {
+		t.Fatalf("WaitFor across a recreation that dropped the partition = %+v, %v", got.p, got.err)
+	}
+}
