@@ -56,3 +56,26 @@ func TestWaitForRecreatedWithFewerPartitions(t *testing.T) {
 		t.Fatalf("WaitFor across a recreation that dropped the partition = %+v, %v", got.p, got.err)
 	}
 }
+
+// After Close the cache is frozen and subscriptions end: a late KIP-951
+// hint (a fetch or produce answer arriving during shutdown) must neither
+// change what Lookup answers nor queue an event.
+func TestApplyHintAfterClose(t *testing.T) {
+	r, fc, _ := newTestRefresher(t, Backoff(0, 0))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 3})
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	sub := r.Subscribe()
+	r.Close()
+	if r.ApplyHint("t", 0, 2, 4) {
+		t.Error("ApplyHint after Close reported the hint applied")
+	}
+	if p, _ := r.Lookup("t", 0); p.Leader != 1 || p.LeaderEpoch != 3 {
+		t.Errorf("Lookup after Close and a hint = %d@%d, want 1@3", p.Leader, p.LeaderEpoch)
+	}
+	if evs, err := sub.Next(ctxBg); err == nil || len(evs) != 0 {
+		t.Errorf("Next after Close = %v, %v; want ErrClosed and no events", evs, err)
+	}
+}

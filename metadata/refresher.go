@@ -100,6 +100,10 @@ func (r *Refresher) Close() {
 		waiters := r.waiters
 		r.waiters = nil
 		r.mu.Unlock()
+		// A writer that saw the refresher open finishes its dispatch
+		// before done is closed; later ones see it closed.
+		r.writeMu.Lock()
+		r.writeMu.Unlock()
 		close(r.done)
 		r.cancel()
 		for _, w := range waiters {
@@ -218,6 +222,9 @@ func (r *Refresher) Refresh(ctx context.Context, reason Reason) error {
 func (r *Refresher) ApplyHint(topic string, partition, leader, epoch int32) bool {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
+	if r.isClosed() {
+		return false
+	}
 	next, ev := applyHint(r.cur.Load(), topic, partition, leader, epoch)
 	if ev == nil {
 		return false
@@ -381,6 +388,12 @@ func (r *Refresher) poke() {
 	}
 }
 
+func (r *Refresher) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
 // signalLocked wakes everything waiting for a change. r.mu must be held.
 func (r *Refresher) signalLocked() {
 	close(r.changed)
@@ -488,12 +501,17 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	}
 	if err == nil {
 		r.writeMu.Lock()
-		next, events := merge(r.cur.Load(), decoded, r.cfg.confirmations)
-		r.cur.Store(next)
-		r.dispatch(events)
+		if r.isClosed() {
+			err = errors.ErrClosed
+		} else {
+			next, events := merge(r.cur.Load(), decoded, r.cfg.confirmations)
+			r.cur.Store(next)
+			r.dispatch(events)
+			changed = len(events) > 0
+		}
 		r.writeMu.Unlock()
-		changed = len(events) > 0
-	} else if err != errors.ErrClosed {
+	}
+	if err != nil && err != errors.ErrClosed {
 		err = fmt.Errorf("metadata refresh: %w", err)
 	}
 
