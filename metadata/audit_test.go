@@ -79,3 +79,29 @@ func TestApplyHintAfterClose(t *testing.T) {
 		t.Errorf("Next after Close = %v, %v; want ErrClosed and no events", evs, err)
 	}
 }
+
+// A refusal cached from an earlier answer (TOPIC_AUTHORIZATION_FAILED before
+// an ACL was granted) is not the brokers' current word: WaitForTopic asks
+// again before returning it, instead of failing every call until the next
+// max-age refresh.
+func TestWaitForTopicStaleRefusal(t *testing.T) {
+	r, fc, _ := newTestRefresher(t, Backoff(0, 0))
+	fc.mu.Lock()
+	fc.topics["t"] = &fakeTopic{id: id(1), errCode: 29} // TOPIC_AUTHORIZATION_FAILED
+	fc.mu.Unlock()
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.WaitForTopic(ctxBg, "t"); !errors.Is(err, errors.ErrTopicAuthorization) {
+		t.Fatalf("WaitForTopic(t) while refused = %v", err)
+	}
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0}) // the ACL is granted
+	n := fc.callCount()
+	ctx, cancel := context.WithTimeout(ctxBg, 2*time.Second)
+	defer cancel()
+	top, _, err := r.WaitForTopic(ctx, "t")
+	if err != nil || len(top.Partitions) != 1 {
+		t.Fatalf("WaitForTopic(t) once allowed = %+v, %v (Metadata calls made: %d)", top, err, fc.callCount()-n)
+	}
+}

@@ -39,6 +39,7 @@ type Refresher struct {
 	changed  chan struct{}  // closed and replaced after each round trip or hint
 	closed   bool
 	stats    Stats
+	served   uint64 // stats.RoundTrips of the latest round trip whose answer was merged
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -333,16 +334,25 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // spaced by the backoff) while it waits, and returns it with the Version
 // it was read at. The topic is watched during the call. It returns ctx's
 // error when ctx ends, ErrClosed when the refresher is closed, and the
-// topic's error when the brokers refuse it for good (not retriable).
+// topic's error when the brokers refuse it for good (not retriable) in an
+// answer to a request sent after the call began.
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
 	var t Topic
 	var v Version
+	r.mu.Lock()
+	asked := r.stats.RoundTrips // round trips sent before this call
+	r.mu.Unlock()
 	err := r.waitUntil(ctx, topic, func(*state) (bool, error) {
+		r.mu.Lock()
+		fresh := r.served > asked // read before the view: its answer is in it
+		r.mu.Unlock()
 		var err error
 		t, v, err = r.TopicAt(topic)
-		if err != nil && !errors.IsRetriable(err) {
+		if err != nil && !errors.IsRetriable(err) && fresh {
 			// Refused for good (TOPIC_AUTHORIZATION_FAILED,
-			// INVALID_TOPIC_EXCEPTION): waiting cannot help.
+			// INVALID_TOPIC_EXCEPTION) by an answer to a request sent
+			// during this call (a refusal cached from before may be
+			// stale, an ACL since granted): waiting cannot help.
 			return true, err
 		}
 		return err == nil && len(t.Partitions) > 0, nil
@@ -482,6 +492,7 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	r.waiters = nil
 	req, all := r.requestLocked()
 	r.stats.RoundTrips++
+	trip := r.stats.RoundTrips
 	r.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
@@ -525,6 +536,7 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 		}
 	} else {
 		r.stats.LastRefresh = end
+		r.served = trip
 	}
 	r.signalLocked()
 	r.mu.Unlock()
