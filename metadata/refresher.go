@@ -101,11 +101,11 @@ func (r *Refresher) Close() {
 		waiters := r.waiters
 		r.waiters = nil
 		r.mu.Unlock()
-		// A writer that saw the refresher open finishes its dispatch
-		// before done is closed; later ones see it closed.
+		// done is closed once a writer that saw the refresher open has
+		// finished its dispatch; later writers see it closed.
 		r.writeMu.Lock()
-		r.writeMu.Unlock()
 		close(r.done)
+		r.writeMu.Unlock()
 		r.cancel()
 		for _, w := range waiters {
 			w <- errors.ErrClosed
