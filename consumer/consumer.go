@@ -210,23 +210,38 @@ func (c *Consumer) Assign(as ...Assignment) error {
 		}
 	}
 	for tp, start := range want {
-		p := c.parts[tp]
-		if p == nil {
-			var err error
-			if p, err = c.newPart(tp); err != nil {
-				return err
-			}
-			c.parts[tp] = p
-			if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
-				c.stepLocked(p, leaderChanged(mp))
-			}
+		if err := c.startPartLocked(tp, start); err != nil {
+			return err
 		}
-		c.dropBufferLocked(p)
-		p.supersedeNearest() // restarted at start: a waiting SeekToNearest is over
-		c.stepLocked(p, seek.Assigned{Start: start})
 	}
 	c.meta.Trigger(metadata.ReasonWatch)
 	return nil
+}
+
+// startPartLocked (re)starts tp at start. A new partition first learns its
+// leader from metadata; an assigned one is repositioned.
+func (c *Consumer) startPartLocked(tp TopicPartition, start Start) error {
+	p := c.parts[tp]
+	if p == nil {
+		var err error
+		if p, err = c.newPart(tp); err != nil {
+			return err
+		}
+		c.parts[tp] = p
+		if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
+			c.stepLocked(p, leaderChanged(mp))
+		}
+	}
+	c.repositionLocked(p)
+	c.stepLocked(p, seek.Assigned{Start: start})
+	return nil
+}
+
+// repositionLocked readies p for a position set anew (a start, a seek):
+// its buffered answer is dropped, and a waiting SeekToNearest is over.
+func (c *Consumer) repositionLocked(p *part) {
+	c.dropBufferLocked(p)
+	p.supersedeNearest()
 }
 
 func validStart(s Start) error {
@@ -304,8 +319,7 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 	if err != nil {
 		return err
 	}
-	c.dropBufferLocked(p)
-	p.supersedeNearest()
+	c.repositionLocked(p)
 	c.stepLocked(p, seek.Seek{Start: s})
 	c.signalLocked()
 	return nil
@@ -333,8 +347,7 @@ func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition in
 		c.mu.Unlock()
 		return Position{}, err
 	}
-	c.dropBufferLocked(p)
-	p.supersedeNearest()
+	c.repositionLocked(p)
 	done := make(chan nearestResult, 1)
 	p.nearest = done
 	c.stepLocked(p, seek.Seek{Start: NearestTo(om.Offset, om.LeaderEpoch)})

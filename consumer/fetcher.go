@@ -127,13 +127,13 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	room := func() int {
 		return min(int(c.cfg.maxBytes), share, c.cfg.maxBuffered-c.buffered-c.reserved)
 	}
-	maxBytes := room()
-	if maxBytes < min(share, int(c.cfg.partMaxBytes)) && c.dropPausedLocked() {
+	maxBytes, enough := room(), min(share, int(c.cfg.partMaxBytes))
+	if maxBytes < enough && c.dropPausedLocked() {
 		// Answers held for paused partitions must not keep the others
 		// from being fetched: they are fetched again on Resume.
 		maxBytes = room()
 	}
-	if maxBytes < min(share, int(c.cfg.partMaxBytes)) {
+	if maxBytes < enough {
 		c.bufferFull = true
 		return nil, nil, plan{}, nil
 	}

@@ -398,23 +398,12 @@ func (c *Consumer) addPartsLocked(starts map[TopicPartition]Start) error {
 		return errors.ErrClosed
 	}
 	for tp, start := range starts {
-		p := c.parts[tp]
-		if p == nil {
-			var err error
-			if p, err = c.newPart(tp); err != nil {
-				return err
-			}
-			c.parts[tp] = p
-			if _, ok := c.watching[tp.Topic]; !ok {
-				c.watching[tp.Topic] = c.meta.Watch(tp.Topic)
-			}
-			if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
-				c.stepLocked(p, leaderChanged(mp))
-			}
+		if _, ok := c.watching[tp.Topic]; !ok {
+			c.watching[tp.Topic] = c.meta.Watch(tp.Topic)
 		}
-		c.dropBufferLocked(p)
-		p.supersedeNearest()
-		c.stepLocked(p, seek.Assigned{Start: start})
+		if err := c.startPartLocked(tp, start); err != nil {
+			return err
+		}
 	}
 	c.meta.Trigger(metadata.ReasonWatch)
 	c.signalLocked()

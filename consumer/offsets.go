@@ -76,21 +76,21 @@ func (o *offsetRequests) loop() {
 		c.mu.Lock()
 		// Started while this loop runs (it is one of the Consumer's
 		// goroutines), so Close waits for them too.
-		for broker, ps := range o.validate {
-			if !o.busyValidate[broker] {
-				delete(o.validate, broker)
-				o.busyValidate[broker] = true
-				c.goFn(func() { o.sendValidate(broker, ps) })
-			}
-		}
-		for broker, ps := range o.list {
-			if !o.busyList[broker] {
-				delete(o.list, broker)
-				o.busyList[broker] = true
-				c.goFn(func() { o.sendList(broker, ps) })
-			}
-		}
+		startIdle(c, o.validate, o.busyValidate, o.sendValidate)
+		startIdle(c, o.list, o.busyList, o.sendList)
 		c.mu.Unlock()
+	}
+}
+
+// startIdle sends what waits in pending to each leader that has no request
+// of that kind in flight (busy), on a goroutine of c. c.mu must be held.
+func startIdle[R any](c *Consumer, pending map[int32]map[TopicPartition]R, busy map[int32]bool, send func(int32, map[TopicPartition]R)) {
+	for broker, ps := range pending {
+		if !busy[broker] {
+			delete(pending, broker)
+			busy[broker] = true
+			c.goFn(func() { send(broker, ps) })
+		}
 	}
 }
 

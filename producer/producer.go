@@ -75,6 +75,9 @@ type Producer struct {
 	sub     *metadata.Subscription
 	part    Partitioner
 	avail   func(topic string, partition int32) bool // p.hasLeader, made once
+	// availPart is part when it can leave leaderless partitions out
+	// (asserted once, not per record).
+	availPart availabilityPartitioner
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -178,6 +181,7 @@ func New(opts ...Opt) (*Producer, error) {
 	if p.part == nil {
 		p.part = DefaultPartitioner()
 	}
+	p.availPart, _ = p.part.(availabilityPartitioner)
 	if p.cfg.idempotent {
 		txnl := p.cfg.transactionalID != ""
 		if p.seq, err = NewSequencer(Config{MaxInFlight: p.cfg.maxInFlight, Transactional: txnl}); err != nil {
@@ -311,8 +315,8 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	partition := r.Partition
 	if !r.ExplicitPartition {
-		if ap, ok := p.part.(availabilityPartitioner); ok {
-			partition = ap.partitionAvailable(r, nparts, p.avail)
+		if p.availPart != nil {
+			partition = p.availPart.partitionAvailable(r, nparts, p.avail)
 		} else {
 			partition = p.part.Partition(r, nparts)
 		}

@@ -142,69 +142,55 @@ func TestTxnIdleLoopSleeps(t *testing.T) {
 // refused (INVALID_TXN_STATE: the coordinator has moved on, perhaps by
 // completing the very commit whose answer was lost), the commit may have
 // happened: CommitTransaction must say the outcome is unknown rather than
-// report a plain failure.
+// report a plain failure. The answer is lost either by coming after the
+// client gave up, or with a dropped connection: the transport then resends
+// the EndTxn by itself, and the first attempt was written all the same.
 func TestTxnCommitRetryRefusedOutcomeUnknown(t *testing.T) {
-	c := newCluster(t, 1)
-	p, _ := newTxnProducer(t, c, "txn-commit-refused", producer.RequestTimeout(200*time.Millisecond))
-	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	var n atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		switch n.Add(1) {
-		case 1: // applied, but answered after the client gave up
-			c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
-			return nil, nil, false
-		case 2:
-			resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-			resp.ErrorCode = kerr.InvalidTxnState.Code
-			return resp, nil, true
-		}
-		return nil, nil, false
-	})
-	err := p.CommitTransaction(ctx)
-	if n.Load() < 2 {
-		t.Fatalf("EndTxn sent %d times: %v", n.Load(), err)
-	}
-	if !errors.Is(err, errors.ErrUnknownOutcome) {
-		t.Fatalf("commit whose EndTxn answer was lost, retry refused: %v; want ErrUnknownOutcome", err)
-	}
-}
-
-// The same when the lost answer is a dropped connection: the transport
-// resends the EndTxn by itself, and the refusal of that resend must still
-// be reported with ErrUnknownOutcome (the first attempt was written and
-// may have committed).
-func TestTxnCommitResentByTransportRefusedOutcomeUnknown(t *testing.T) {
-	c := newCluster(t, 1)
-	p, _ := newTxnProducer(t, c, "txn-commit-dropped")
-	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	var n atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		switch n.Add(1) {
-		case 1:
-			return nil, errors.New("connection lost before the answer"), true
-		case 2:
-			resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-			resp.ErrorCode = kerr.InvalidTxnState.Code
-			return resp, nil, true
-		}
-		return nil, nil, false
-	})
-	err := p.CommitTransaction(ctx)
-	if n.Load() < 2 {
-		t.Fatalf("EndTxn sent %d times: %v", n.Load(), err)
-	}
-	if !errors.Is(err, errors.ErrUnknownOutcome) {
-		t.Fatalf("commit whose EndTxn connection dropped, resend refused: %v; want ErrUnknownOutcome", err)
+	for _, tc := range []struct {
+		name, id string
+		opts     []producer.Opt
+		first    func(c *kfake.Cluster) (kmsg.Response, error, bool)
+	}{
+		{"answered late", "txn-commit-refused", []producer.Opt{producer.RequestTimeout(200 * time.Millisecond)},
+			func(c *kfake.Cluster) (kmsg.Response, error, bool) {
+				// Applied, but answered after the client gave up.
+				c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
+				return nil, nil, false
+			}},
+		{"resent by the transport", "txn-commit-dropped", nil,
+			func(*kfake.Cluster) (kmsg.Response, error, bool) {
+				return nil, errors.New("connection lost before the answer"), true
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1)
+			p, _ := newTxnProducer(t, c, tc.id, tc.opts...)
+			ctx := testCtx(t, 10*time.Second)
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+			var n atomic.Int32
+			c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				switch n.Add(1) {
+				case 1:
+					return tc.first(c)
+				case 2:
+					resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+					resp.ErrorCode = kerr.InvalidTxnState.Code
+					return resp, nil, true
+				}
+				return nil, nil, false
+			})
+			err := p.CommitTransaction(ctx)
+			if n.Load() < 2 {
+				t.Fatalf("EndTxn sent %d times: %v", n.Load(), err)
+			}
+			if !errors.Is(err, errors.ErrUnknownOutcome) {
+				t.Fatalf("commit whose EndTxn answer was lost (%s), retry refused: %v; want ErrUnknownOutcome", tc.name, err)
+			}
+		})
 	}
 }
 
