@@ -1,0 +1,94 @@
+package consumer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kepoch/kepoch/seek"
+)
+
+// TestReadReplicaStands: a read replica directs a partition's fetches only
+// for the leader and epoch that named it, before it expires, and while
+// metadata lists the broker.
+func TestReadReplicaStands(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := readReplica{id: 2, leader: 1, epoch: 5, until: now.Add(time.Minute)}
+	for _, tc := range []struct {
+		name          string
+		r             readReplica
+		leader, epoch int32
+		now           time.Time
+		usable        bool
+		want          bool
+	}{
+		{"as named", r, 1, 5, now, true, true},
+		{"none named", noReplica, 1, 5, now, true, false},
+		{"expired", r, 1, 5, now.Add(time.Minute), true, false},
+		{"just before expiry", r, 1, 5, now.Add(time.Minute - time.Nanosecond), true, true},
+		{"no expiry (max age ≤ 0)", readReplica{id: 2, leader: 1, epoch: 5}, 1, 5, now.Add(1000 * time.Hour), true, true},
+		{"new leader", r, 3, 6, now, true, false},
+		{"same leader, new epoch", r, 1, 6, now, true, false},
+		{"leader unknown", r, seek.NoBroker, 5, now, true, false},
+		{"replica left metadata (or offline)", r, 1, 5, now, false, false},
+		{"leader without epochs", readReplica{id: 2, leader: 1, epoch: seek.NoEpoch}, 1, seek.NoEpoch, now, true, true},
+	} {
+		if got := tc.r.stands(tc.leader, tc.epoch, tc.now, tc.usable); got != tc.want {
+			t.Errorf("%s: stands = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestAfterReply: what each answer does to the read replica and how it is
+// stepped into the machine.
+func TestAfterReply(t *testing.T) {
+	now := time.Unix(1000, 0)
+	const age = 5 * time.Minute
+	cur := readReplica{id: 2, leader: 1, epoch: 5, until: now.Add(-time.Second).Add(age)}
+	named := readReplica{id: 2, leader: 1, epoch: 5, until: now.Add(age)}
+	leader := func(a fetchReply) fetchReply { a.from, a.leader, a.epoch = 1, 1, 5; return a }
+	replica := func(a fetchReply) fetchReply { a.from, a.leader, a.epoch = 2, 1, 5; return a }
+	for _, tc := range []struct {
+		name   string
+		r      readReplica
+		a      fetchReply
+		maxAge time.Duration
+		want   readReplica
+		step   replicaStep
+	}{
+		// The leader's answers.
+		{"leader names a known replica", noReplica, leader(fetchReply{named: 2, namedUsable: true}), age, named, stepAsIs},
+		{"leader names a known replica, with records", noReplica, leader(fetchReply{named: 2, namedUsable: true, records: true}), age, named, stepAsIs},
+		{"leader names one again: expiry restarts", cur, leader(fetchReply{named: 2, namedUsable: true}), age, named, stepAsIs},
+		{"no max age: never expires", noReplica, leader(fetchReply{named: 2, namedUsable: true}), 0,
+			readReplica{id: 2, leader: 1, epoch: 5}, stepAsIs},
+		{"leader names none", cur, leader(fetchReply{named: seek.NoBroker}), age, noReplica, stepAsIs},
+		{"leader names itself", noReplica, leader(fetchReply{named: 1, namedUsable: true}), age, noReplica, stepAsIs},
+		{"leader names an unknown broker, no records", noReplica, leader(fetchReply{named: 9}), age, noReplica, stepUnusable},
+		{"leader names an unknown broker, with records", noReplica, leader(fetchReply{named: 9, records: true}), age, noReplica, stepAsIs},
+		{"leader error: its name is ignored", noReplica, leader(fetchReply{code: seek.CodeNotLeaderOrFollower, named: 2, namedUsable: true}), age, noReplica, stepAsIs},
+		{"leader out of range: classified as ever", noReplica, leader(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), age, noReplica, stepAsIs},
+		{"leader DivergingEpoch: its name is ignored", noReplica, leader(fetchReply{diverging: true, named: 2, namedUsable: true}), age, noReplica, stepAsIs},
+		{"unknown leader", noReplica, fetchReply{from: seek.NoBroker, leader: seek.NoBroker, named: 2, namedUsable: true}, age, noReplica, stepAsIs},
+
+		// The replica's answers.
+		{"replica records", cur, replica(fetchReply{records: true, named: seek.NoBroker}), age, cur, stepAsIs},
+		{"replica nothing new (past its high watermark)", cur, replica(fetchReply{named: seek.NoBroker}), age, cur, stepAsIs},
+		{"replica DivergingEpoch: judged like the leader's", cur, replica(fetchReply{diverging: true, named: seek.NoBroker}), age, cur, stepAsIs},
+		{"replica names another: ignored", cur, replica(fetchReply{named: 3, namedUsable: true}), age, cur, stepAsIs},
+		{"replica names the leader: ignored", cur, replica(fetchReply{named: 1, namedUsable: true}), age, cur, stepAsIs},
+		{"replica out of range: refetch from the leader", cur, replica(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), age, noReplica, stepRefetch},
+		{"replica not leader or follower", cur, replica(fetchReply{code: seek.CodeNotLeaderOrFollower}), age, noReplica, stepAsIs},
+		{"replica not available", cur, replica(fetchReply{code: seek.CodeReplicaNotAvailable}), age, noReplica, stepAsIs},
+		{"replica fenced epoch", cur, replica(fetchReply{code: seek.CodeFencedLeaderEpoch}), age, noReplica, stepAsIs},
+		{"replica unknown epoch", cur, replica(fetchReply{code: seek.CodeUnknownLeaderEpoch}), age, noReplica, stepAsIs},
+		{"replica offset not available", cur, replica(fetchReply{code: seek.CodeOffsetNotAvailable}), age, noReplica, stepAsIs},
+		{"replica storage error", cur, replica(fetchReply{code: seek.CodeKafkaStorageError}), age, noReplica, stepAsIs},
+		{"replica transport error", cur, replica(fetchReply{code: seek.CodeNetworkException}), age, noReplica, stepAsIs},
+		{"replica timeout", cur, replica(fetchReply{code: seek.CodeRequestTimedOut}), age, noReplica, stepAsIs},
+	} {
+		got, step := afterReply(tc.r, tc.a, now, tc.maxAge)
+		if got != tc.want || step != tc.step {
+			t.Errorf("%s: afterReply = %+v, %d; want %+v, %d", tc.name, got, step, tc.want, tc.step)
+		}
+	}
+}
