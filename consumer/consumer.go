@@ -59,6 +59,9 @@ type Consumer struct {
 	bufferFull bool
 	// peakBuffered is the most buffered ever was (for tests).
 	peakBuffered int
+	// brokers are the brokers metadata named at brokersAt (replicaUsableLocked).
+	brokers   map[int32]bool
+	brokersAt metadata.Version
 
 	grp *group // group membership and commits (Group option); nil without
 }
@@ -394,7 +397,7 @@ func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
 				// A fetch the machine asked for before the pause was
 				// withheld, and the machine does not ask again: its
 				// fetch loop must look at it now.
-				c.fetcherLocked(p.fetch.Leader).wakeUp()
+				c.fetcherLocked(c.routeLocked(p, time.Now())).wakeUp()
 			}
 		}
 	}
@@ -440,6 +443,44 @@ func (c *Consumer) EpochHistory(topic string, partition int32) (h *EpochHistory,
 		return nil, false
 	}
 	return p.epochs.Clone(), true
+}
+
+// ReadReplica says where a partition is read from (KIP-392, see Rack).
+type ReadReplica struct {
+	// Broker is the broker the partition's next fetch goes to: Leader,
+	// or the replica Leader named (Preferred). -1 while no leader is
+	// known.
+	Broker int32
+	// Leader is the partition's leader as the consumer knows it (-1:
+	// none known). OffsetForLeaderEpoch and ListOffsets always go to it.
+	Leader int32
+	// Preferred is true when Broker is a replica the leader named rather
+	// than the leader itself.
+	Preferred bool
+	// Until is when the leader is asked again (MetadataMaxAge after it
+	// named the replica); zero when not Preferred, or with no max age.
+	Until time.Time
+	// LastFrom is the broker whose Fetch answer held the last record
+	// batch Poll delivered of the partition (-1 before any): with Poll's
+	// records in hand, the broker they were read from.
+	LastFrom int32
+}
+
+// ReadReplica returns where the partition is read from: its leader, or a
+// replica the leader named (KIP-392). ok is false when the partition is
+// not assigned.
+func (c *Consumer) ReadReplica(topic string, partition int32) (r ReadReplica, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[TopicPartition{topic, partition}]
+	if p == nil {
+		return ReadReplica{}, false
+	}
+	r = ReadReplica{Broker: c.routeLocked(p, time.Now()), Leader: p.m.Leader().ID, LastFrom: p.lastFrom}
+	if p.replica.id >= 0 {
+		r.Preferred, r.Until = true, p.replica.until
+	}
+	return r, true
 }
 
 // State returns the partition's fetch state (for diagnostics).
@@ -525,6 +566,11 @@ func (c *Consumer) tickLoop() {
 				c.checkMissingLocked(p, now)
 			}
 			c.stepLocked(p, seek.Tick{})
+			if p.replica.id >= 0 {
+				// An expired read replica, or one metadata no longer
+				// lists, is dropped even while nothing is sent there.
+				c.routeLocked(p, now)
+			}
 		}
 		c.mu.Unlock()
 	}

@@ -13,7 +13,7 @@ func DebugPartition(c *Consumer, topic string, partition int32) string {
 	if p == nil {
 		return "unassigned"
 	}
-	return fmt.Sprintf("%s fetch=%+v sent=%v buffered=%v", p.m.String(), p.fetch, p.sent, p.buf != nil)
+	return fmt.Sprintf("%s fetch=%+v sent=%v replica=%+v buffered=%v", p.m.String(), p.fetch, p.sent, p.replica, p.buf != nil)
 }
 
 // BufferedBytes returns the bytes of fetch answers buffered for Poll now,

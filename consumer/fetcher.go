@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -85,6 +86,69 @@ func (c *Consumer) wakeFetchersLocked() {
 type inflight struct {
 	p   *part
 	req seek.RequestID
+	// leader and epoch are the leader the machine named for the fetch
+	// and its epoch: the fetch went to a replica when the fetch loop is
+	// another broker's.
+	leader, epoch int32
+}
+
+// routeLocked returns the broker p's fetches go to now: the replica its
+// leader named while that choice stands (readReplica.stands), else the
+// leader. A replica that no longer stands is dropped here, and a fetch
+// that waits to be sent is handed to the leader's fetch loop.
+func (c *Consumer) routeLocked(p *part, now time.Time) int32 {
+	l := p.m.Leader()
+	leader := l.ID
+	if p.fetch != nil {
+		leader = p.fetch.Leader
+	}
+	if p.replica.id < 0 {
+		return leader
+	}
+	if p.replica.stands(l.ID, l.Epoch, now, c.replicaUsableLocked(p.tp, p.replica.id)) {
+		return p.replica.id
+	}
+	p.replica = noReplica
+	if p.fetch != nil && !p.sent && leader >= 0 {
+		c.fetcherLocked(leader).wakeUp()
+	}
+	return leader
+}
+
+// replicaUsableLocked reports whether broker id may serve tp's fetches:
+// the latest metadata lists the broker, and does not list it offline for
+// tp (Java's nodeIfOnline).
+func (c *Consumer) replicaUsableLocked(tp TopicPartition, id int32) bool {
+	if v := c.meta.Version(); c.brokers == nil || v != c.brokersAt {
+		c.brokersAt = v
+		c.brokers = map[int32]bool{}
+		for _, b := range c.meta.Brokers() {
+			c.brokers[b.NodeID] = true
+		}
+	}
+	if !c.brokers[id] {
+		return false
+	}
+	mp, _ := c.meta.Lookup(tp.Topic, tp.Partition)
+	return !slices.Contains(mp.OfflineReplicas, id)
+}
+
+// replyLocked applies an answer for in (a, whose from, leader and epoch it
+// fills in) to the partition's read replica, and returns how the answer
+// is stepped. A stale answer (the machine no longer awaits the fetch)
+// changes nothing and is stepped as is: the machine ignores it.
+func (f *fetcher) replyLocked(in inflight, a fetchReply) replicaStep {
+	c, p := f.c, in.p
+	if c.parts[p.tp] != p || !p.m.AwaitsFetch(in.req) {
+		return stepAsIs
+	}
+	a.from, a.leader, a.epoch = f.id, in.leader, in.epoch
+	if a.named >= 0 && a.from == a.leader {
+		a.namedUsable = c.replicaUsableLocked(p.tp, a.named)
+	}
+	var step replicaStep
+	p.replica, step = afterReply(p.replica, a, time.Now(), c.cfg.metadataMaxAge)
+	return step
 }
 
 func (f *fetcher) loop() {
@@ -139,13 +203,14 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	}
 	want := map[TopicPartition]fetchParams{}
 	parts := map[TopicPartition]inflight{}
+	now := time.Now()
 	for tp, p := range c.parts {
-		if p.fetch == nil || p.sent || p.fetch.Leader != f.id || p.paused || p.buf != nil {
+		if p.fetch == nil || p.sent || p.paused || p.buf != nil || c.routeLocked(p, now) != f.id {
 			continue
 		}
 		p.sent = true
 		p.flying = f
-		parts[tp] = inflight{p: p, req: p.fetch.Req}
+		parts[tp] = inflight{p: p, req: p.fetch.Req, leader: p.fetch.Leader, epoch: p.fetch.CurrentLeaderEpoch}
 		want[tp] = fetchParams{
 			topicID: p.topicID, offset: p.fetch.Offset, currentLeaderEpoch: p.fetch.CurrentLeaderEpoch,
 			lastFetchedEpoch: p.fetch.LastFetchedEpoch, maxBytes: c.cfg.partMaxBytes,
@@ -181,6 +246,9 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	req.MaxBytes = int32(maxBytes)
 	if c.cfg.readCommitted {
 		req.IsolationLevel = 1
+	}
+	if c.cfg.rack != nil {
+		req.Rack = *c.cfg.rack // KIP-392 (v11+; left out below)
 	}
 	req.SessionID = pl.sessionID
 	req.SessionEpoch = pl.sessionEpoch
@@ -311,10 +379,15 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			err == kerr.FetchSessionIDNotFound, err == kerr.InvalidFetchSessionEpoch, err == kerr.FetchSessionTopicIDError:
 			// Canceled because a partition moved on (whether the broker
 			// took the request is unknown), or the session is gone: ask
-			// again, at once, with a full request.
+			// again, at once, with a full request (from where each
+			// partition is read now).
+			now := time.Now()
 			for _, in := range parts {
 				if in.p.fetch != nil && in.p.fetch.Req == in.req {
 					in.p.sent = false
+					if to := c.routeLocked(in.p, now); to != f.id {
+						c.fetcherLocked(to).wakeUp()
+					}
 				}
 			}
 			f.wakeUp()
@@ -324,7 +397,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			code = seek.Code(ke.Code)
 		}
 		for _, in := range parts {
-			f.failLocked(in, code, nil)
+			f.settleLocked(in, fetchReply{code: code, named: seek.NoBroker}, nil)
 		}
 		return
 	}
@@ -343,7 +416,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 				continue // a session partition we no longer ask for
 			}
 			delete(parts, tp)
-			f.answerLocked(in, rp, decs[tp])
+			f.answerLocked(in, rp, resp.Version, decs[tp])
 		}
 	}
 	// Partitions the answer left out (an incremental session omits those
@@ -356,22 +429,33 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	}
 }
 
-// answerLocked handles one partition of a Fetch answer.
-func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition, d *decoded) {
+// answerLocked handles one partition of a Fetch answer of the given
+// version.
+func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition, version int16, d *decoded) {
 	c := f.c
 	p := in.p
 	if c.parts[p.tp] != p {
 		return // unassigned meanwhile
 	}
-	if p.fetch != nil && p.fetch.Req == in.req {
-		p.fetch = nil
+	a := fetchReply{code: seek.Code(rp.ErrorCode), diverging: rp.DivergingEpoch.Epoch >= 0,
+		records: len(rp.RecordBatches) > 0, named: seek.NoBroker}
+	if version >= 11 {
+		a.named = rp.PreferredReadReplica
 	}
 	if rp.ErrorCode != 0 {
 		var hint *seek.Leader
 		if rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
 			hint = &seek.Leader{ID: rp.CurrentLeader.LeaderID, Epoch: rp.CurrentLeader.LeaderEpoch}
 		}
-		f.failLocked(in, seek.Code(rp.ErrorCode), hint)
+		f.settleLocked(in, a, hint)
+		return
+	}
+	step := f.replyLocked(in, a) // stepRefetch comes only with an error
+	if p.fetch != nil && p.fetch.Req == in.req {
+		p.fetch = nil
+	}
+	if step == stepUnusable {
+		c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: seek.CodeReplicaNotAvailable})
 		return
 	}
 	if rp.DivergingEpoch.Epoch >= 0 {
@@ -389,23 +473,31 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		return
 	}
 	c.dropBufferLocked(p)
-	p.buf = &fetched{req: in.req, size: len(rp.RecordBatches), d: d}
+	p.buf = &fetched{req: in.req, from: f.id, size: len(rp.RecordBatches), d: d}
 	c.buffered += p.buf.size
 	c.peakBuffered = max(c.peakBuffered, c.buffered)
 	c.ready = append(c.ready, p)
 	c.signalLocked()
 }
 
-func (f *fetcher) failLocked(in inflight, code seek.Code, hint *seek.Leader) {
+// settleLocked steps a failed fetch for in: a (with its error code)
+// applied to the read replica first. A replica's OFFSET_OUT_OF_RANGE ends
+// the fetch with nothing fetched; any other failure is the machine's.
+func (f *fetcher) settleLocked(in inflight, a fetchReply, hint *seek.Leader) {
 	p := in.p
 	if f.c.parts[p.tp] != p {
 		return
 	}
+	step := f.replyLocked(in, a)
 	if p.fetch != nil && p.fetch.Req == in.req {
 		p.fetch = nil
 	}
 	if hint != nil {
 		f.c.meta.ApplyHint(p.tp.Topic, p.tp.Partition, hint.ID, hint.Epoch)
 	}
-	f.c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: code, Hint: hint})
+	if step == stepRefetch {
+		f.c.stepLocked(p, seek.FetchCompleted{Req: in.req})
+		return
+	}
+	f.c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: a.code, Hint: hint})
 }

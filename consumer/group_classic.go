@@ -287,7 +287,7 @@ func (g *group) subscription(a assignor, topics []string) []byte {
 		UserData:   a.userData(gen),
 		Owned:      owned.group(),
 		Generation: gen,
-		Rack:       g.cfg.rack,
+		Rack:       g.c.cfg.rack,
 	}
 	return s.encode(nil)
 }

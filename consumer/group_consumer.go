@@ -219,7 +219,7 @@ func (g *group) heartbeat848(ctx context.Context, st *memberState848) (*kmsg.Con
 	req.MemberID = member
 	req.MemberEpoch = st.epoch
 	req.InstanceID = g.cfg.instanceID
-	req.RackID = g.cfg.rack
+	req.RackID = g.c.cfg.rack
 	req.RebalanceTimeoutMillis = int32(g.cfg.rebalanceTimeout / time.Millisecond)
 	if re != "" {
 		req.SubscribedTopicRegex = &re

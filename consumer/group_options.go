@@ -36,7 +36,6 @@ func (p GroupProtocol) String() string {
 type groupCfg struct {
 	id                 string
 	instanceID         *string
-	rack               *string
 	protocol           GroupProtocol
 	assignors          []string
 	serverAssignor     string
@@ -134,10 +133,6 @@ func GroupInstanceID(id string) Opt {
 // a rebalance) rather than letting the session expire. Default true for
 // dynamic members, false for static ones.
 func LeaveGroupOnClose(leave bool) Opt { return optFunc(func(c *cfg) { c.group.leaveOnClose = leave }) }
-
-// Rack is the client rack sent with the subscription (rack-aware
-// assignment, KIP-881 and KIP-848).
-func Rack(rack string) Opt { return optFunc(func(c *cfg) { c.group.rack = &rack }) }
 
 // WithGroupProtocol selects the group protocol: ProtocolClassic (default) or
 // ProtocolConsumer (KIP-848, Kafka 4.0+).

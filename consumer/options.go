@@ -40,6 +40,7 @@ type cfg struct {
 	maxEpochWaits   int
 	onTruncation    func(TruncationEvent)
 	metadataMaxAge  time.Duration
+	rack            *string
 	missingAfter    time.Duration
 	decompressLimit int
 	decodeParallel  int
@@ -259,5 +260,31 @@ func MissingPartitionReport(d time.Duration) Opt {
 const DefaultMissingPartitionReport = 10 * time.Second
 
 // MetadataMaxAge is how old metadata may grow before it is refreshed
-// periodically, for a refresher the consumer creates (default 5m).
+// periodically, for a refresher the consumer creates (default 5m; ≤ 0: no
+// periodic refresh). It is also how long a partition is read from the
+// replica its leader named (see Rack) before the leader is asked again,
+// whichever refresher the consumer uses (≤ 0: until an error or a leader
+// change).
 func MetadataMaxAge(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metadataMaxAge = d }) }
+
+// Rack is the client's rack (Java's client.rack), one setting for what the
+// consumer sends brokers: every Fetch carries it (RackID, Fetch v11+), so a
+// broker with a rack-aware replica.selector.class (Kafka's
+// RackAwareReplicaSelector) may name a replica in that rack for the
+// consumer to read from (KIP-392, fetch from follower); a group member
+// also sends it with its subscription (rack-aware assignment, KIP-881 and
+// KIP-848). Without it, nothing is sent and Kafka's selectors leave every
+// partition on its leader.
+//
+// A replica a leader names is followed whether or not a rack was given
+// (Java's client does the same: a custom selector may name one without a
+// rack, and a leader that did would answer with no records otherwise). The
+// partition is then read from that replica until MetadataMaxAge has
+// passed, the replica answers an error (an OFFSET_OUT_OF_RANGE from a
+// replica is never a reset: its high watermark may lag), the leader or its
+// epoch changes, or metadata no longer lists the broker; then its leader is
+// asked again. Fetches to a replica carry the same CurrentLeaderEpoch and
+// LastFetchedEpoch as the leader's, so truncation is detected exactly as
+// there; OffsetForLeaderEpoch and ListOffsets always go to the leader.
+// Consumer.ReadReplica says where a partition is read from.
+func Rack(rack string) Opt { return optFunc(func(c *cfg) { c.rack = &rack }) }

@@ -33,6 +33,12 @@ type part struct {
 	// flying is the fetch loop whose request in flight includes the
 	// partition, nil when none does.
 	flying *fetcher
+	// replica is the replica the leader named for the partition's fetches
+	// (KIP-392), noReplica while it is read from its leader (see
+	// routeLocked). lastFrom is the broker that served the last batch
+	// Poll delivered (seek.NoBroker before any).
+	replica  readReplica
+	lastFrom int32
 
 	// buf is the Fetch answer waiting for Poll; its batches are stepped
 	// into the machine when Poll delivers them. delivering is the answer
@@ -164,7 +170,8 @@ func (p *part) replaced(r Range) ([]DeliveredBatch, bool) {
 // loop and held for Poll.
 type fetched struct {
 	req  seek.RequestID
-	size int // bytes of the answer's record batches
+	from int32 // the broker that answered
+	size int   // bytes of the answer's record batches
 	d    *decoded
 	// next is the first span Poll has yet to deliver (a Poll that reached
 	// MaxPollRecords left the rest for the next), and bufs how many of
@@ -202,7 +209,7 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &part{tp: tp, m: m, epochs: seek.NewEpochHistory(c.cfg.epochHistory)}, nil
+	return &part{tp: tp, m: m, epochs: seek.NewEpochHistory(c.cfg.epochHistory), replica: noReplica, lastFrom: seek.NoBroker}, nil
 }
 
 func (p *part) revoke() {
@@ -294,7 +301,7 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 			// up to FetchMaxWait for it.
 			p.flying.cancelLocked()
 		}
-		c.fetcherLocked(f.Leader).wakeUp()
+		c.fetcherLocked(c.routeLocked(p, time.Now())).wakeUp()
 	case seek.ActValidate:
 		c.offsets.addValidate(p.tp, a.Validate)
 	case seek.ActListOffsets:
@@ -590,6 +597,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (do
 			}
 			return true // not accepted: stale, or validation started
 		}
+		p.lastFrom = b.from
 		if sp.to > sp.from {
 			p.remember(sp.batch, c.cfg.historySize)
 		}

@@ -79,7 +79,7 @@ func TestStaleAnswerKeepsTheAwaitedOne(t *testing.T) {
 	var it batch.Iterator
 	old := &fetcher{c: cons, id: (c.LeaderFor("t", 0) + 1) % 3}
 	d := cons.decode(&it, tp, &rp, 0)
-	old.answerLocked(inflight{p: p, req: current - 1}, &rp, d)
+	old.answerLocked(inflight{p: p, req: current - 1}, &rp, 16, d)
 	cons.mu.Unlock()
 
 	var got int
