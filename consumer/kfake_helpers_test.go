@@ -108,6 +108,7 @@ type fetchSeen struct {
 	sessionID    int32
 	sessionEpoch int32
 	isolation    int8
+	rack         string
 	named        map[int32]kmsg.FetchRequestTopicPartition // partitions of topic `topic`
 	forgotten    []int32
 }
@@ -127,7 +128,7 @@ func observeFetches(c *kfake.Cluster) *fetchLog {
 		req := kr.(*kmsg.FetchRequest)
 		s := fetchSeen{
 			node: c.CurrentNode(), version: req.Version, sessionID: req.SessionID, sessionEpoch: req.SessionEpoch,
-			isolation: req.IsolationLevel, named: map[int32]kmsg.FetchRequestTopicPartition{},
+			isolation: req.IsolationLevel, rack: req.Rack, named: map[int32]kmsg.FetchRequestTopicPartition{},
 		}
 		for _, rt := range req.Topics {
 			for _, rp := range rt.Partitions {
@@ -178,6 +179,27 @@ func (l *fetchLog) fetchedSince(i int) []fetchSeen {
 		all[j].named = maps.Clone(cur)
 	}
 	return all[i:]
+}
+
+// nodesOf records the node of every request of one key the cluster
+// receives, in order.
+func nodesOf(c *kfake.Cluster, key kmsg.Key) func() []int32 {
+	var (
+		mu    sync.Mutex
+		nodes []int32
+	)
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		n := c.CurrentNode()
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	return func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(nodes)
+	}
 }
 
 // countRequests counts requests of one key the cluster receives.

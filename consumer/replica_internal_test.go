@@ -1,8 +1,13 @@
 package consumer
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/seek"
 )
@@ -90,5 +95,81 @@ func TestAfterReply(t *testing.T) {
 		if got != tc.want || step != tc.step {
 			t.Errorf("%s: afterReply = %+v, %d; want %+v, %d", tc.name, got, step, tc.want, tc.step)
 		}
+	}
+}
+
+// TestStaleAnswerLeavesReadReplica: an answer to a fetch the partition no
+// longer awaits (it moved on meanwhile) changes nothing about where the
+// partition is read from: a replica's stale error does not drop the
+// replica, a leader's stale redirect does not set one; the awaited answer
+// does.
+func TestStaleAnswerLeavesReadReplica(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := New(SeedBrokers(c.ListenAddrs()...), FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close(ctx)
+	if err := cons.Assign(Assignment{Topic: "t", Partition: 0, Start: At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	tp := TopicPartition{"t", 0}
+	var p *part
+	for {
+		cons.mu.Lock()
+		p = cons.parts[tp]
+		if p.flying != nil && p.fetch != nil {
+			break // the mutex stays held: the fetch is in flight (an empty log: a long poll)
+		}
+		cons.mu.Unlock()
+		if ctx.Err() != nil {
+			t.Fatal("no fetch in flight")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer cons.mu.Unlock()
+	leader := p.fetch.Leader
+	other := (leader + 1) % 3
+	cur := inflight{p: p, req: p.fetch.Req, leader: leader, epoch: p.fetch.CurrentLeaderEpoch}
+	stale := cur
+	stale.req--
+	named := readReplica{id: other, leader: leader, epoch: cur.epoch, until: time.Now().Add(time.Hour)}
+
+	p.replica = named
+	rp := kmsg.NewFetchResponseTopicPartition()
+	rp.ErrorCode = kerr.NotLeaderForPartition.Code
+	(&fetcher{c: cons, id: other}).answerLocked(stale, &rp, 16, nil)
+	if p.replica != named {
+		t.Fatalf("a stale error from the replica changed it to %+v", p.replica)
+	}
+
+	p.replica = noReplica
+	rp = kmsg.NewFetchResponseTopicPartition()
+	rp.PreferredReadReplica = other
+	(&fetcher{c: cons, id: leader}).answerLocked(stale, &rp, 16, nil)
+	if p.replica != noReplica {
+		t.Fatalf("a stale redirect set the replica %+v", p.replica)
+	}
+	// Below Fetch v11 the field does not exist, whatever it holds.
+	(&fetcher{c: cons, id: leader}).answerLocked(cur, &rp, 10, nil)
+	if p.replica != noReplica {
+		t.Fatalf("a v10 answer set the replica %+v", p.replica)
+	}
+	if p.fetch == nil {
+		t.Fatal("no fetch after the v10 answer")
+	}
+	cur = inflight{p: p, req: p.fetch.Req, leader: leader, epoch: p.fetch.CurrentLeaderEpoch}
+	(&fetcher{c: cons, id: leader}).answerLocked(cur, &rp, 16, nil)
+	if p.replica.id != other || p.replica.leader != leader {
+		t.Fatalf("the awaited redirect left the replica %+v", p.replica)
+	}
+	if p.fetch == nil || cons.routeLocked(p, time.Now()) != other {
+		t.Fatalf("the next fetch %+v does not go to the replica %d", p.fetch, other)
 	}
 }
