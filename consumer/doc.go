@@ -16,7 +16,9 @@
 //	}
 //
 // The consumer sends raw Fetch (with CurrentLeaderEpoch and LastFetchedEpoch,
-// in KIP-227 sessions), ListOffsets and OffsetForLeaderEpoch requests through
+// in KIP-227 sessions, to each partition's leader or to the replica the
+// leader names: KIP-392, see Rack), ListOffsets and OffsetForLeaderEpoch
+// requests (always to the leader) through
 // a franz-go client used as transport only, and lets package seek decide
 // what every answer means: seek is the only place that judges truncation.
 // Positions are the delivered positions: a fetched answer is stepped into

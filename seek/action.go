@@ -57,7 +57,9 @@ type Action struct {
 // FetchRequest is one partition of a Fetch request, sent to the leader.
 type FetchRequest struct {
 	Req RequestID
-	// Leader is the broker to send to.
+	// Leader is the broker to send to. (The consumer may send it to a
+	// replica the leader named instead, KIP-392: unchanged, and its
+	// answer is stepped as the leader's.)
 	Leader int32
 	// Offset is FetchOffset: the position.
 	Offset int64
