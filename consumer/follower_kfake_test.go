@@ -642,3 +642,48 @@ func TestFollowerFetchSessions(t *testing.T) {
 		t.Error("the leader never fetched partition 0 after it came back")
 	}
 }
+
+// TestFollowerLeaderChange: a replica is the choice of one leader in one
+// epoch. When metadata shows a new leader, the position is validated
+// against it and the partition is read from it; the old leader's choice is
+// not followed any more.
+func TestFollowerLeaderChange(t *testing.T) {
+	c := newCluster(t, 1)
+	log := observeFetches(c)
+	validations := nodesOf(c, kmsg.OffsetForLeaderEpoch)
+	leader, follower := followerOf(c, 0)
+	selectReplica(c, leader, rackAware("r2", follower))
+	cons := readFromFollower(t, c, leader, follower, 20, consumer.MetadataMaxAge(200*time.Millisecond))
+	third := 3 - leader - follower
+	// Paused while the leader moves and writes in its new epoch: kfake
+	// answers OffsetForLeaderEpoch(0) with -1/-1 until the new epoch
+	// holds a record (see "kfake fidelity" in DESIGN.md).
+	pauseIdle(cons)
+	if err := c.MoveTopicPartition(topic, 0, third); err != nil {
+		t.Fatal(err)
+	}
+	produceRange(t, c, 0, 20, 40)
+	waitFor(t, 5*time.Second, "the new leader in metadata", func() bool {
+		rr, _ := cons.ReadReplica(topic, 0)
+		return rr.Leader == third
+	})
+	mark := log.len()
+	cons.Resume(tp0)
+	recs, evs, errs := pollUntil(t, cons, 20, 10*time.Second)
+	if len(evs)+len(errs) > 0 {
+		t.Fatalf("events %v errors %v", evs, errs)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 20}, map[int32]int64{0: 40})
+	checkReadReplica(t, cons, consumer.ReadReplica{Broker: third, Leader: third, LastFrom: third})
+	// (A fetch the machine wanted before the pause, now stale, may still
+	// go to the old leader, as it would without a replica: its answer is
+	// ignored.)
+	for _, r := range log.fetchedSince(mark) {
+		if rp, ok := r.named[0]; ok && (r.node == follower || rp.CurrentLeaderEpoch > 0 && r.node != third) {
+			t.Fatalf("partition 0 fetched from %d (epoch %d) after the leader moved to %d", r.node, rp.CurrentLeaderEpoch, third)
+		}
+	}
+	if v := validations(); len(v) == 0 || v[len(v)-1] != third {
+		t.Fatalf("OffsetForLeaderEpoch sent to %v; want the new leader %d last", v, third)
+	}
+}
