@@ -107,6 +107,10 @@ type UncleanPlan struct {
 	// Write, when set, writes the values instead of ProduceValues (phase is
 	// "before", "lost" or "after"; acks is what the phase needs).
 	Write func(ctx context.Context, phase string, acks Acks, topic string, values []string) ([]int64, error)
+	// BeforeStop, when set, runs after the Before records are on both
+	// replicas and before the follower is stopped (a consumer can read them
+	// there, from either replica).
+	BeforeStop func(ctx context.Context, topic string) error
 	// BeforeKill, when set, runs after the Lost records are acknowledged and
 	// before the old leader is killed (a consumer can read them there).
 	BeforeKill func(ctx context.Context, topic string) error
@@ -201,6 +205,11 @@ func EngineerUncleanElection(ctx context.Context, c *Cluster, p UncleanPlan) (Un
 		return u, fmt.Errorf("follower never replicated the first %d records: %w", p.Before, err)
 	}
 	logf("%d records acks=all at offsets 0..%d, on both replicas", p.Before, p.Before-1)
+	if p.BeforeStop != nil {
+		if err := p.BeforeStop(ctx, u.Topic); err != nil {
+			return u, err
+		}
+	}
 
 	if err := c.Stop(ctx, u.NewLeader); err != nil {
 		return u, err

@@ -154,6 +154,10 @@ write_props() {
       echo "replica.fetch.wait.max.ms=200"
       echo "producer.id.expiration.check.interval.ms=1000"
       echo "transactional.id.expiration.ms=604800000"
+      # KIP-392: broker N is in rack rN, and a consumer that names its rack
+      # is sent to a replica in it (integration/follower_test.go).
+      echo "broker.rack=r$n"
+      echo "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector"
     fi
   } >"$d/server.properties"
 }
