@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -34,7 +33,7 @@ type OffsetAndEpoch struct {
 // visible to the group exactly when the transaction commits, and vanish if
 // it aborts. Each offset carries its leader epoch. An error leaves the
 // transaction abortable (errors matching ErrAbortRequired) or the producer
-// fatal (fenced).
+// fatal (fenced); TxnState.HandleOffsets lists which answer does what.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
@@ -69,25 +68,15 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 	add.TransactionalID = p.cfg.transactionalID
 	add.ProducerID, add.ProducerEpoch = id.ID, id.Epoch
 	add.Group = g.GroupID
-	code, err := p.coordinatorRetry(ctx, func(ctx context.Context) (int16, error) {
+	if err := p.offsetsRequest(ctx, OffsetsAdd, func(ctx context.Context) ([]int16, error) {
 		resp, err := add.RequestWith(ctx, p.cl)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		return resp.ErrorCode, nil
-	})
-	p.mu.Lock()
-	switch {
-	case err != nil:
-		p.txn.OffsetsAdded(false)
-		p.mu.Unlock()
-		return p.txnFailed(err, false)
-	case code != 0:
-		p.mu.Unlock()
-		return p.txnFailed(kerr.ErrorForCode(code), isFencing(code))
+		return []int16{resp.ErrorCode}, nil
+	}); err != nil {
+		return err
 	}
-	p.txn.OffsetsAdded(true)
-	p.mu.Unlock()
 
 	// 2. TxnOffsetCommit: the group coordinator stages the offsets.
 	commit := kmsg.NewPtrTxnOffsetCommitRequest()
@@ -101,7 +90,7 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 	for topic, ps := range offsets {
 		_, topicID, err := p.topic(ctx, topic) // TxnOffsetCommit v6+ names topics by ID
 		if err != nil {
-			return p.txnFailed(err, false)
+			return p.offsetsFailed(OffsetsResult{Request: OffsetsCommit, Delivery: NotSent, Err: err})
 		}
 		t := kmsg.NewTxnOffsetCommitRequestTopic()
 		t.Topic, t.TopicID = topic, topicID
@@ -113,77 +102,59 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		}
 		commit.Topics = append(commit.Topics, t)
 	}
-	code, err = p.coordinatorRetry(ctx, func(ctx context.Context) (int16, error) {
+	return p.offsetsRequest(ctx, OffsetsCommit, func(ctx context.Context) ([]int16, error) {
 		resp, err := commit.RequestWith(ctx, p.cl)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
+		var codes []int16
 		for _, t := range resp.Topics {
 			for _, pp := range t.Partitions {
-				if pp.ErrorCode != 0 {
-					return pp.ErrorCode, nil
-				}
+				codes = append(codes, pp.ErrorCode)
 			}
 		}
-		return 0, nil
+		return codes, nil
 	})
-	if err != nil {
-		return p.txnFailed(err, false)
-	}
-	if code != 0 {
-		return p.txnFailed(kerr.ErrorForCode(code), isFencing(code))
-	}
-	return nil
 }
 
-// coordinatorRetry runs a coordinator request until it answers something
-// other than a transient coordinator error (the transport itself retries
-// NOT_COORDINATOR and connection errors).
-func (p *Producer) coordinatorRetry(ctx context.Context, send func(context.Context) (int16, error)) (int16, error) {
+// offsetsRequest sends an offsets request until the TxnState no longer
+// wants it sent again (each attempt bounded by the request timeout, the
+// whole by ctx), and returns the call's error, nil once it succeeded.
+func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, send func(context.Context) ([]int16, error)) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.requestTO)
-		code, err := send(rctx)
+		codes, err := send(rctx)
 		cancel()
+		res := OffsetsResult{Request: kind, Codes: codes, Err: err}
 		if err != nil {
-			return 0, err
+			res.Delivery = p.delivery(err)
 		}
-		switch code {
-		case kerr.ConcurrentTransactions.Code, kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorNotAvailable.Code,
-			kerr.NotCoordinator.Code, kerr.UnknownTopicOrPartition.Code, kerr.RequestTimedOut.Code:
-			select {
-			case <-ctx.Done():
-				return code, ctx.Err()
-			case <-time.After(p.cfg.retryBackoff):
+		p.mu.Lock()
+		step := p.txn.HandleOffsets(res)
+		p.txnStepLocked(step.Txn)
+		p.mu.Unlock()
+		if !step.Retry {
+			if step.Err != nil {
+				return fmt.Errorf("producer: committing offsets: %w", step.Err)
 			}
-			continue
+			return nil
 		}
-		return code, nil
+		select {
+		case <-ctx.Done():
+			// The last attempt was answered (and refused): nothing of it
+			// was applied.
+			return p.offsetsFailed(OffsetsResult{Request: kind, Delivery: NotSent, Err: ctx.Err()})
+		case <-time.After(p.cfg.retryBackoff):
+		}
 	}
 }
 
-func isFencing(code int16) bool {
-	return code == kerr.ProducerFenced.Code || code == kerr.InvalidProducerEpoch.Code ||
-		code == kerr.TransactionalIDAuthorizationFailed.Code
-}
-
-// txnFailed makes the transaction abortable (or the producer fatal) because
-// of a failed offset commit, and returns the error the application sees.
-func (p *Producer) txnFailed(cause error, fatal bool) error {
+// offsetsFailed ends a SendOffsetsToTransaction call that failed before
+// its request could be sent (again): the transaction is abortable.
+func (p *Producer) offsetsFailed(res OffsetsResult) error {
 	p.mu.Lock()
-	var d Decision
-	if fatal {
-		d.Fatal = cause
-	} else {
-		d.Abortable = &AbortableError{Err: cause}
-	}
-	p.txnStepLocked(p.txn.HandleProduce(d))
-	err := p.txn.Err()
+	step := p.txn.HandleOffsets(res)
+	p.txnStepLocked(step.Txn)
 	p.mu.Unlock()
-	if err == nil {
-		err = cause
-	}
-	if fatal {
-		return fmt.Errorf("producer: committing offsets: %w: %w", ErrProducerFatal, err)
-	}
-	return fmt.Errorf("producer: committing offsets: %w: %w", ErrAbortRequired, err)
+	return fmt.Errorf("producer: committing offsets: %w", step.Err)
 }

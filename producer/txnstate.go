@@ -155,6 +155,7 @@ type TxnConfig struct {
 //	Begin()
 //	AddPartition(tp) / CanProduce(tp)    before producing to tp (TV1: AddPartitionsToTxn)
 //	HandleProduce(seq.Complete(…))       for every Produce decision
+//	HandleOffsets(…)                     for every AddOffsetsToTxn/TxnOffsetCommit attempt
 //	Commit() / Abort()                   then Poll() whenever the Sequencer drains
 //	HandleEndTxn(…), HandleInitProducerID(…)
 type TxnState struct {
@@ -235,19 +236,139 @@ func (t *TxnState) Begin() error {
 	return nil
 }
 
-// OffsetsAdded records the answer to an AddOffsetsToTxn the I/O layer sent
-// for the open transaction (consumed offsets committed with it): certain is
-// true when the coordinator answered NONE (it now knows the transaction),
-// false when no answer came (it may). Either way EndTxn must be sent.
-func (t *TxnState) OffsetsAdded(certain bool) {
-	if t.state != TxnInTransaction {
-		return
+// OffsetsRequestKind names the two requests of SendOffsetsToTransaction.
+type OffsetsRequestKind uint8
+
+const (
+	// OffsetsAdd: AddOffsetsToTxn, which makes the transaction
+	// coordinator add the group's offsets partition to the transaction
+	// (and so start the transaction, if nothing else did).
+	OffsetsAdd OffsetsRequestKind = iota
+	// OffsetsCommit: TxnOffsetCommit, which makes the group coordinator
+	// stage the offsets in the transaction.
+	OffsetsCommit
+)
+
+// OffsetsResult is how one attempt of an offsets request ended.
+type OffsetsResult struct {
+	Request  OffsetsRequestKind
+	Delivery Delivery
+	// Err: why no answer came (NoResponse), or why the request was not
+	// sent or sent again (NotSent: a local failure, the caller's context
+	// ending).
+	Err error
+	// Codes: the answer's error codes: AddOffsetsToTxn's one,
+	// TxnOffsetCommit's one per partition.
+	Codes []int16
+	// Resent: the transport wrote an earlier attempt of this request that
+	// got no answer, and sent it again (it may have been applied).
+	Resent bool
+}
+
+// OffsetsStep is what the I/O layer does after HandleOffsets.
+type OffsetsStep struct {
+	// Retry: send the same request again, after the retry backoff.
+	Retry bool
+	// Err: the SendOffsetsToTransaction call fails with it (it matches
+	// ErrAbortRequired, ErrProducerFatal or ErrTxnState and wraps the
+	// cause). Nil with Retry false: the request succeeded.
+	Err error
+	// Txn is carried out as any TxnStep (the batches an abortable or
+	// fatal error failed).
+	Txn TxnStep
+}
+
+// offsetsVerdict classifies one error code of an offsets answer, from the
+// mildest to the worst (a TxnOffsetCommit answer's partitions are judged by
+// their worst).
+type offsetsVerdict uint8
+
+const (
+	offsetsOK offsetsVerdict = iota
+	offsetsRetry
+	offsetsAbortable
+	offsetsAbortableBump  // abortable; the abort ends with a new epoch
+	offsetsAbortableRemap // abortable; the abort is InitProducerId alone
+	offsetsFatal
+)
+
+// offsetsCode is the verdict on one AddOffsetsToTxn or TxnOffsetCommit
+// error code (Java's TransactionManager, except that a code it does not
+// expect is abortable rather than fatal: aborting is always safe).
+func offsetsCode(code int16) offsetsVerdict {
+	switch code {
+	case 0:
+		return offsetsOK
+	case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorLoadInProgress.Code,
+		kerr.ConcurrentTransactions.Code, kerr.UnknownTopicOrPartition.Code, kerr.RequestTimedOut.Code,
+		kerr.NetworkException.Code:
+		return offsetsRetry
+	case kerr.UnknownProducerID.Code:
+		return offsetsAbortableBump
+	case kerr.InvalidProducerIDMapping.Code:
+		return offsetsAbortableRemap
+	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code:
+		return offsetsFatal
 	}
-	if certain {
-		t.started = true
+	return offsetsAbortable
+}
+
+// HandleOffsets applies how one attempt of an AddOffsetsToTxn or a
+// TxnOffsetCommit of the open transaction ended (SendOffsetsToTransaction
+// sends them itself, one after the other, and at most until its context
+// ends: they are not the TxnState's requests).
+//
+//	NONE                                    done; AddOffsetsToTxn: the coordinator has the transaction,
+//	                                        EndTxn must end it
+//	NOT_COORDINATOR, COORDINATOR_NOT_       send again (the transport finds the coordinator again)
+//	  AVAILABLE, COORDINATOR_LOAD_IN_
+//	  PROGRESS, CONCURRENT_TRANSACTIONS,
+//	  UNKNOWN_TOPIC_OR_PARTITION,
+//	  REQUEST_TIMED_OUT, NETWORK_EXCEPTION
+//	UNKNOWN_PRODUCER_ID                     abortable, bump after the abort
+//	INVALID_PRODUCER_ID_MAPPING             abortable, bump, skip EndTxn
+//	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
+//	  EPOCH, TRANSACTIONAL_ID_AUTHORIZA-
+//	  TION_FAILED
+//	anything else (GROUP_AUTHORIZATION_     abortable
+//	  FAILED, TRANSACTION_ABORTABLE, KIP-447
+//	  fencing of the group member: UNKNOWN_
+//	  MEMBER_ID, ILLEGAL_GENERATION,
+//	  FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH)
+//	NotSent, NoResponse                     abortable (the transport has retried already)
+//
+// A lost AddOffsetsToTxn answer means the coordinator may have the
+// transaction: EndTxn must be sent.
+func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
+	worst, cause := offsetsOK, error(nil)
+	if r.Delivery != Answered {
+		worst, cause = offsetsAbortable, r.Err
+		if cause == nil {
+			cause = errors.ErrUnknownOutcome
+		}
 	} else {
+		for _, code := range r.Codes {
+			if v := offsetsCode(code); v > worst {
+				worst, cause = v, codeError(code)
+			}
+		}
+	}
+	if t.state == TxnInTransaction && r.Request == OffsetsAdd && r.Delivery == NoResponse {
 		t.maybeStarted = true
 	}
+	switch worst {
+	case offsetsOK:
+		if t.state == TxnInTransaction && r.Request == OffsetsAdd {
+			t.started = true
+		}
+		return OffsetsStep{}
+	case offsetsRetry:
+		return OffsetsStep{Retry: true}
+	case offsetsFatal:
+		return OffsetsStep{Err: fmt.Errorf("%w: %w", ErrProducerFatal, cause), Txn: t.fatal(cause)}
+	}
+	step := t.abortable(cause, worst >= offsetsAbortableBump, worst == offsetsAbortableRemap)
+	return OffsetsStep{Err: fmt.Errorf("%w: %w", ErrAbortRequired, cause), Txn: step}
 }
 
 // mayHaveStarted reports whether the coordinator may know the open
@@ -451,6 +572,12 @@ func (t *TxnState) endedLocally(commit bool) TxnStep {
 	return TxnStep{Done: true}
 }
 
+// clearRecovery forgets the error and what it asked of the abort: a new
+// identity was adopted.
+func (t *TxnState) clearRecovery() {
+	t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+}
+
 // startBump moves to TxnBumpingEpoch with its InitProducerId queued.
 func (t *TxnState) startBump() {
 	_ = t.transition(TxnBumpingEpoch)
@@ -518,7 +645,7 @@ func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error)
 			return t.fatal(err), nil
 		}
 		_ = t.transition(TxnReady)
-		t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+		t.clearRecovery()
 		return TxnStep{Decision: d, Done: true}, nil
 	case kerr.TransactionAbortable.Code:
 		if t.state == TxnBumpingEpoch {
@@ -700,7 +827,7 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 				return t.fatal(err)
 			}
 			_ = t.transition(TxnReady)
-			t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+			t.clearRecovery()
 			return TxnStep{Decision: d, Done: true}
 		}
 		if t.endTxnUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {

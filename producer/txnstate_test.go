@@ -656,3 +656,138 @@ func TestTxnV2CommitRefusedAfterAckedProduce(t *testing.T) {
 		t.Fatalf("commit refused with INVALID_TXN_STATE: %+v, state %v", step, h.tx.State())
 	}
 }
+
+// TestOffsetsCode: the verdict on each AddOffsetsToTxn/TxnOffsetCommit
+// error code (Java's TransactionManager; a code it does not expect is
+// abortable here, not fatal).
+func TestOffsetsCode(t *testing.T) {
+	for _, c := range []struct {
+		code *kerr.Error // nil: NONE
+		want offsetsVerdict
+	}{
+		{nil, offsetsOK},
+		{kerr.NotCoordinator, offsetsRetry},
+		{kerr.CoordinatorNotAvailable, offsetsRetry},
+		{kerr.CoordinatorLoadInProgress, offsetsRetry},
+		{kerr.ConcurrentTransactions, offsetsRetry},
+		{kerr.UnknownTopicOrPartition, offsetsRetry},
+		{kerr.RequestTimedOut, offsetsRetry},
+		{kerr.NetworkException, offsetsRetry},
+		{kerr.UnknownProducerID, offsetsAbortableBump},
+		{kerr.InvalidProducerIDMapping, offsetsAbortableRemap},
+		{kerr.ProducerFenced, offsetsFatal},
+		{kerr.InvalidProducerEpoch, offsetsFatal},
+		{kerr.TransactionalIDAuthorizationFailed, offsetsFatal},
+		{kerr.GroupAuthorizationFailed, offsetsAbortable},
+		{kerr.TransactionAbortable, offsetsAbortable},
+		{kerr.UnknownMemberID, offsetsAbortable},
+		{kerr.IllegalGeneration, offsetsAbortable},
+		{kerr.FencedInstanceID, offsetsAbortable},
+		{kerr.StaleMemberEpoch, offsetsAbortable},
+		{kerr.UnknownServerError, offsetsAbortable},
+	} {
+		var code int16
+		if c.code != nil {
+			code = c.code.Code
+		}
+		if v := offsetsCode(code); v != c.want {
+			t.Errorf("offsetsCode(%v) = %v; want %v", c.code, v, c.want)
+		}
+	}
+}
+
+// offsets feeds HandleOffsets one attempt.
+func (h *txnHarness) offsets(r OffsetsResult) OffsetsStep {
+	h.t.Helper()
+	return h.tx.HandleOffsets(r)
+}
+
+func codes(cs ...*kerr.Error) []int16 {
+	out := make([]int16, len(cs))
+	for i, c := range cs {
+		if c != nil {
+			out[i] = c.Code
+		}
+	}
+	return out
+}
+
+// TestTxnOffsetsAbortable: an offsets request refused with an abortable
+// code makes the transaction abortable; the abort ends as the code asks
+// (UNKNOWN_PRODUCER_ID: EndTxn, then a new epoch; INVALID_PRODUCER_ID_MAPPING:
+// InitProducerId alone), including when nothing else started the
+// transaction. A TxnOffsetCommit answer is judged by its worst partition.
+func TestTxnOffsetsAbortable(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		res     OffsetsResult
+		started bool // partitions were added before
+		endTxn  bool // the abort sends EndTxn
+		bump    bool // and ends with a new epoch
+	}{
+		{"AddOffsetsToTxn GROUP_AUTHORIZATION_FAILED", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.GroupAuthorizationFailed)}, true, true, false},
+		{"AddOffsetsToTxn GROUP_AUTHORIZATION_FAILED, offsets only", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.GroupAuthorizationFailed)}, false, false, false},
+		{"AddOffsetsToTxn UNKNOWN_PRODUCER_ID", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.UnknownProducerID)}, true, true, true},
+		{"AddOffsetsToTxn UNKNOWN_PRODUCER_ID, offsets only", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.UnknownProducerID)}, false, false, true},
+		{"AddOffsetsToTxn INVALID_PRODUCER_ID_MAPPING", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.InvalidProducerIDMapping)}, true, false, true},
+		{"AddOffsetsToTxn lost answer", OffsetsResult{Request: OffsetsAdd, Delivery: NoResponse, Err: ErrDeliveryTimeout}, false, true, false},
+		{"AddOffsetsToTxn not sent", OffsetsResult{Request: OffsetsAdd, Delivery: NotSent, Err: ErrDeliveryTimeout}, false, false, false},
+		{"TxnOffsetCommit ILLEGAL_GENERATION", OffsetsResult{Request: OffsetsCommit, Codes: codes(nil, kerr.IllegalGeneration)}, true, true, false},
+		{"TxnOffsetCommit worst partition", OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.CoordinatorLoadInProgress, kerr.UnknownProducerID, kerr.GroupAuthorizationFailed)}, true, true, true},
+		{"TxnOffsetCommit INVALID_PRODUCER_ID_MAPPING", OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.InvalidProducerIDMapping)}, true, false, true},
+		{"TxnOffsetCommit lost answer", OffsetsResult{Request: OffsetsCommit, Delivery: NoResponse, Err: ErrDeliveryTimeout}, true, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			if c.started {
+				h.begin(tp0)
+			} else {
+				h.begin()
+			}
+			if c.res.Request == OffsetsCommit {
+				if st := h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(nil)}); st.Retry || st.Err != nil {
+					t.Fatalf("AddOffsetsToTxn NONE: %+v", st)
+				}
+			}
+			st := h.offsets(c.res)
+			if st.Retry || !errors.Is(st.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
+				t.Fatalf("step %+v, state %v", st, h.tx.State())
+			}
+			step, err := h.tx.Abort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.endTxn {
+				h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
+				step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+			}
+			if c.bump {
+				h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+				step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
+			}
+			if !step.Done || step.Err != nil || h.tx.State() != TxnReady {
+				t.Fatalf("abort: %+v, state %v", step, h.tx.State())
+			}
+		})
+	}
+}
+
+// TestTxnOffsetsFatalAndRetried: fencing codes are fatal; transient ones
+// are retried.
+func TestTxnOffsetsFatalAndRetried(t *testing.T) {
+	for _, code := range []*kerr.Error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.TransactionalIDAuthorizationFailed} {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		st := h.offsets(OffsetsResult{Request: OffsetsCommit, Codes: codes(nil, code)})
+		if !errors.Is(st.Err, ErrProducerFatal) || !errors.Is(st.Err, code) || h.tx.State() != TxnFatalError {
+			t.Fatalf("%s: %+v, state %v", code.Message, st, h.tx.State())
+		}
+	}
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	for _, code := range []*kerr.Error{kerr.ConcurrentTransactions, kerr.NotCoordinator, kerr.CoordinatorLoadInProgress} {
+		if st := h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(code)}); !st.Retry || st.Err != nil {
+			t.Fatalf("%s: %+v", code.Message, st)
+		}
+	}
+}
