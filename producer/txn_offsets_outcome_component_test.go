@@ -102,3 +102,59 @@ func TestTxnSendOffsetsUnknownProducerAbortBumps(t *testing.T) {
 		})
 	}
 }
+
+// The transaction turns abortable (a record expires, buffered: its
+// partition never joined the transaction) while SendOffsetsToTransaction is
+// retrying AddOffsetsToTxn, and the coordinator then accepts it: the
+// coordinator now has the transaction. SendOffsetsToTransaction must not
+// stage offsets in it and report success, and the abort must end it at the
+// coordinator: left open under the same epoch, the next transaction joins it
+// and commits the aborted transaction's offsets (the group then skips what
+// they cover).
+func TestTxnAddOffsetsAnsweredAfterAbortable(t *testing.T) {
+	c := newCluster(t, 2)
+	id := "offsets-late-add"
+	p, _ := newTxnProducer(t, c, id, tv1(),
+		producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(700*time.Millisecond))
+	ctx := testCtx(t, 20*time.Second)
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+	if err := p.BeginTransaction(); err != nil { // the group has a committed offset
+		t.Fatal(err)
+	}
+	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 5})); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CommitTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	busy := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, TxnID: id, Err: kerr.ConcurrentTransactions, Count: -1})
+	offErr := make(chan error, 1)
+	go func() { offErr <- p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})) }()
+	if err := busy.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 1 cannot join the transaction: its record expires
+	// buffered and the transaction turns abortable.
+	add := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Topic: topic, Partitions: []int32{1},
+		Err: kerr.ConcurrentTransactions, Count: -1})
+	lost := sendAsync(t, ctx, p, prec(1, "z"))
+	if r := lost.wait(5 * time.Second)[0]; !errors.Is(r.Err, producer.ErrDeliveryTimeout) {
+		t.Fatalf("buffered record: %v; want ErrDeliveryTimeout", r.Err)
+	}
+	busy.Remove()
+	oe := <-offErr
+	add.Remove()
+	if err := p.AbortTransaction(ctx); err != nil {
+		t.Fatalf("AbortTransaction: %v", err)
+	}
+	commitTxn(t, ctx, p, prec(0, "next"))
+	if o, _ := fetchTxnCommitted(t, ctx, c, "g", 1); o == 100 {
+		t.Fatalf("the aborted transaction's offset 100 was committed by the next one (SendOffsetsToTransaction said %v)", oe)
+	}
+	if !errors.Is(oe, producer.ErrAbortRequired) {
+		t.Fatalf("SendOffsetsToTransaction in a transaction that turned abortable: %v; want ErrAbortRequired", oe)
+	}
+}

@@ -338,8 +338,12 @@ func offsetsCode(code int16) offsetsVerdict {
 //	NotSent, NoResponse                     abortable (the transport has retried already)
 //
 // A lost AddOffsetsToTxn answer means the coordinator may have the
-// transaction: EndTxn must be sent.
+// transaction: EndTxn must be sent. An answer that comes once the
+// transaction is abortable still tells the coordinator's state (NONE to
+// AddOffsetsToTxn: EndTxn must end it), and the call then fails with
+// ErrAbortRequired rather than go on or retry.
 func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
+	open := t.state == TxnInTransaction || t.state == TxnAbortableError
 	worst, cause := offsetsOK, error(nil)
 	if r.Delivery != Answered {
 		worst, cause = offsetsAbortable, r.Err
@@ -353,19 +357,23 @@ func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
 			}
 		}
 	}
-	if t.state == TxnInTransaction && r.Request == OffsetsAdd && r.Delivery == NoResponse {
+	if open && r.Request == OffsetsAdd && r.Delivery == NoResponse {
 		t.maybeStarted = true
 	}
 	switch worst {
-	case offsetsOK:
-		if t.state == TxnInTransaction && r.Request == OffsetsAdd {
+	case offsetsOK, offsetsRetry:
+		if open && worst == offsetsOK && r.Request == OffsetsAdd {
 			t.started = true
 		}
-		return OffsetsStep{}
-	case offsetsRetry:
-		return OffsetsStep{Retry: true}
+		if t.state != TxnInTransaction {
+			return OffsetsStep{Err: t.stateErr()}
+		}
+		return OffsetsStep{Retry: worst == offsetsRetry}
 	case offsetsFatal:
 		return OffsetsStep{Err: fmt.Errorf("%w: %w", ErrProducerFatal, cause), Txn: t.fatal(cause)}
+	}
+	if !open {
+		return OffsetsStep{Err: t.stateErr()}
 	}
 	step := t.abortable(cause, worst >= offsetsAbortableBump, worst == offsetsAbortableRemap)
 	return OffsetsStep{Err: fmt.Errorf("%w: %w", ErrAbortRequired, cause), Txn: step}

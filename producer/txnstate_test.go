@@ -773,7 +773,7 @@ func TestTxnOffsetsAbortable(t *testing.T) {
 }
 
 // TestTxnOffsetsFatalAndRetried: fencing codes are fatal; transient ones
-// are retried.
+// are retried while the transaction is open, but not once it is abortable.
 func TestTxnOffsetsFatalAndRetried(t *testing.T) {
 	for _, code := range []*kerr.Error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.TransactionalIDAuthorizationFailed} {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
@@ -790,4 +790,29 @@ func TestTxnOffsetsFatalAndRetried(t *testing.T) {
 			t.Fatalf("%s: %+v", code.Message, st)
 		}
 	}
+	r := h.assign(tp0, 1)
+	h.produce(r, answered(kerr.TransactionAbortable.Code))
+	if st := h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.ConcurrentTransactions)}); st.Retry || !errors.Is(st.Err, ErrAbortRequired) {
+		t.Fatalf("retriable answer in an abortable transaction: %+v", st)
+	}
+}
+
+// TestTxnOffsetsAddedWhileAbortable: AddOffsetsToTxn answered NONE after the
+// transaction turned abortable (a record expired unsent, before any
+// partition joined): the coordinator has the transaction, so the abort
+// must end it with EndTxn, and the call fails rather than go on to stage
+// offsets.
+func TestTxnOffsetsAddedWhileAbortable(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin()
+	h.tx.HandleProduce(Decision{Abortable: &AbortableError{Err: ErrDeliveryTimeout}})
+	st := h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(nil)})
+	if st.Retry || !errors.Is(st.Err, ErrAbortRequired) {
+		t.Fatalf("AddOffsetsToTxn NONE in an abortable transaction: %+v", st)
+	}
+	step, err := h.tx.Abort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
 }
