@@ -133,6 +133,9 @@ type Producer struct {
 	// (the write hook's count): the transport resends such a request by
 	// itself, and the TxnState must learn that the first may have applied.
 	endTxnLost atomic.Uint64
+	// offsetsLost counts AddOffsetsToTxn and TxnOffsetCommit requests
+	// written whose answer never came (the same hook's count).
+	offsetsLost atomic.Uint64
 	// offsetsBusy: SendOffsetsToTransaction calls under way; Commit and
 	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
 	offsetsBusy int

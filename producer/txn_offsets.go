@@ -123,9 +123,12 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, send func(context.Context) ([]int16, error)) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.requestTO)
+		lost := p.offsetsLost.Load()
 		codes, err := send(rctx)
 		cancel()
-		res := OffsetsResult{Request: kind, Codes: codes, Err: err}
+		// The transport resends by itself a request whose connection was
+		// lost after the write: the write hook counts those.
+		res := OffsetsResult{Request: kind, Codes: codes, Err: err, Resent: p.offsetsLost.Load() != lost}
 		if err != nil {
 			res.Delivery = p.delivery(err)
 		}

@@ -1,9 +1,11 @@
 package producer_test
 
 // Component tests of SendOffsetsToTransaction's outcomes: which answers
-// make the transaction abortable and how its abort must end.
+// make the transaction abortable and how its abort must end, and what a
+// TxnOffsetCommit that may have been applied without an answer implies.
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,5 +158,96 @@ func TestTxnAddOffsetsAnsweredAfterAbortable(t *testing.T) {
 	}
 	if !errors.Is(oe, producer.ErrAbortRequired) {
 		t.Fatalf("SendOffsetsToTransaction in a transaction that turned abortable: %v; want ErrAbortRequired", oe)
+	}
+}
+
+// A TxnOffsetCommit that may have been applied without its answer reaching
+// the producer (no answer before the request timeout, or a connection lost
+// after the write, which the transport resends by itself) may also be
+// applied late: a delayed copy reaching the group coordinator during the
+// next transaction, under the same producer epoch, is staged in it and
+// committed with it, replacing that transaction's own offsets with older
+// ones (re-reads) or the aborted transaction's (skips). So such a
+// transaction ends with a new epoch (as after a lost EndTxn answer,
+// KAFKA-17754): the delayed copy is then fenced. The copy is replayed here
+// by the test's own client, with the bytes of the lost attempt.
+func TestTxnOffsetCommitLostAnswerFencesLateCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dropAll bool // every attempt loses its answer: the call fails, the transaction aborts
+	}{
+		{"no answer, aborted", true},
+		{"resent by the transport, committed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 2)
+			p, _ := newTxnProducer(t, c, "offsets-lost-answer", tv1(), producer.RequestTimeout(300*time.Millisecond))
+			ctx := testCtx(t, 20*time.Second)
+			g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+
+			var first atomic.Pointer[kmsg.TxnOffsetCommitRequest]
+			var drop atomic.Bool
+			drop.Store(true)
+			c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if !drop.Load() {
+					return nil, nil, false
+				}
+				first.CompareAndSwap(nil, kr.(*kmsg.TxnOffsetCommitRequest))
+				if !tc.dropAll {
+					drop.Store(false)
+				}
+				return nil, errors.New("connection lost before the answer"), true
+			})
+			err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100}))
+			drop.Store(false)
+			if tc.dropAll {
+				if !errors.Is(err, producer.ErrAbortRequired) {
+					t.Fatalf("SendOffsetsToTransaction without an answer: %v; want ErrAbortRequired", err)
+				}
+				if err := p.AbortTransaction(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("SendOffsetsToTransaction resent by the transport: %v", err)
+				}
+				if err := p.CommitTransaction(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			late := first.Load()
+			if late == nil {
+				t.Fatal("no TxnOffsetCommit seen")
+			}
+
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "b")))
+			if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 200})); err != nil {
+				t.Fatal(err)
+			}
+			cl := oracle(t, c, kgo.MaxVersions(tv1Versions()))
+			defer cl.Close()
+			resp, err := late.RequestWith(ctx, cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.CommitTransaction(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if o, _ := fetchTxnCommitted(t, ctx, c, "g", 1); o != 200 {
+				code := int16(-1)
+				if len(resp.Topics) > 0 && len(resp.Topics[0].Partitions) > 0 {
+					code = resp.Topics[0].Partitions[0].ErrorCode
+				}
+				t.Fatalf("committed offset %d, want 200: the delayed copy of the earlier transaction's TxnOffsetCommit (answered %v) was staged in this one", o, kerr.ErrorForCode(code))
+			}
+		})
 	}
 }

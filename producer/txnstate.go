@@ -167,6 +167,11 @@ type TxnState struct {
 	bumpRequired    bool // the next abort must end with a new epoch
 	skipEndTxn      bool // INVALID_PRODUCER_ID_MAPPING: abort via InitProducerId only
 	endTxnUncertain bool // an EndTxn attempt got no answer (KAFKA-17754)
+	// offsetsUncertain: an AddOffsetsToTxn or TxnOffsetCommit of the open
+	// transaction may have been applied without an answer, so a copy of it
+	// may still arrive: the transaction ends with a new epoch, whatever
+	// its outcome, so that the copy cannot join the next one.
+	offsetsUncertain bool
 
 	// started: the coordinator knows the open transaction (an
 	// AddPartitionsToTxn succeeded). maybeStarted: an AddPartitionsToTxn
@@ -294,23 +299,25 @@ const (
 
 // offsetsCode is the verdict on one AddOffsetsToTxn or TxnOffsetCommit
 // error code (Java's TransactionManager, except that a code it does not
-// expect is abortable rather than fatal: aborting is always safe).
-func offsetsCode(code int16) offsetsVerdict {
+// expect is abortable rather than fatal: aborting is always safe), and
+// whether an answer with it may have been applied all the same.
+func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 	switch code {
 	case 0:
-		return offsetsOK
+		return offsetsOK, false
+	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code:
+		return offsetsRetry, true
 	case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorLoadInProgress.Code,
-		kerr.ConcurrentTransactions.Code, kerr.UnknownTopicOrPartition.Code, kerr.RequestTimedOut.Code,
-		kerr.NetworkException.Code:
-		return offsetsRetry
+		kerr.ConcurrentTransactions.Code, kerr.UnknownTopicOrPartition.Code:
+		return offsetsRetry, false
 	case kerr.UnknownProducerID.Code:
-		return offsetsAbortableBump
+		return offsetsAbortableBump, false
 	case kerr.InvalidProducerIDMapping.Code:
-		return offsetsAbortableRemap
+		return offsetsAbortableRemap, false
 	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code:
-		return offsetsFatal
+		return offsetsFatal, false
 	}
-	return offsetsAbortable
+	return offsetsAbortable, false
 }
 
 // HandleOffsets applies how one attempt of an AddOffsetsToTxn or a
@@ -337,14 +344,20 @@ func offsetsCode(code int16) offsetsVerdict {
 //	  FENCED_INSTANCE_ID, STALE_MEMBER_EPOCH)
 //	NotSent, NoResponse                     abortable (the transport has retried already)
 //
-// A lost AddOffsetsToTxn answer means the coordinator may have the
-// transaction: EndTxn must be sent. An answer that comes once the
-// transaction is abortable still tells the coordinator's state (NONE to
-// AddOffsetsToTxn: EndTxn must end it), and the call then fails with
-// ErrAbortRequired rather than go on or retry.
+// An attempt that may have been applied without its answer (NoResponse,
+// Resent, REQUEST_TIMED_OUT, NETWORK_EXCEPTION) may also be applied late,
+// by a copy still on its way: the transaction then ends with a new epoch
+// whatever its outcome (EndTxn NONE, commit or abort, is followed by
+// InitProducerId with the current identity), so that a late TxnOffsetCommit
+// cannot be staged in the next transaction, and a late AddOffsetsToTxn
+// cannot start one; a lost AddOffsetsToTxn answer also means EndTxn must be
+// sent. An answer that comes once the transaction is abortable still tells
+// the coordinator's state (NONE to AddOffsetsToTxn: EndTxn must end it),
+// and the call then fails with ErrAbortRequired rather than go on or retry.
 func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
 	open := t.state == TxnInTransaction || t.state == TxnAbortableError
 	worst, cause := offsetsOK, error(nil)
+	uncertain := r.Resent || r.Delivery == NoResponse
 	if r.Delivery != Answered {
 		worst, cause = offsetsAbortable, r.Err
 		if cause == nil {
@@ -352,13 +365,18 @@ func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
 		}
 	} else {
 		for _, code := range r.Codes {
-			if v := offsetsCode(code); v > worst {
+			v, maybe := offsetsCode(code)
+			uncertain = uncertain || maybe
+			if v > worst {
 				worst, cause = v, codeError(code)
 			}
 		}
 	}
-	if open && r.Request == OffsetsAdd && r.Delivery == NoResponse {
-		t.maybeStarted = true
+	if open && uncertain {
+		t.offsetsUncertain = true
+		if r.Request == OffsetsAdd {
+			t.maybeStarted = true
+		}
 	}
 	switch worst {
 	case offsetsOK, offsetsRetry:
@@ -567,7 +585,7 @@ func (t *TxnState) Poll() TxnStep {
 
 // endedLocally completes a transaction the coordinator never knew.
 func (t *TxnState) endedLocally(commit bool) TxnStep {
-	if !commit && (t.bumpRequired || t.seq.NeedsBump()) {
+	if t.offsetsUncertain || (!commit && (t.bumpRequired || t.seq.NeedsBump())) {
 		t.startBump()
 		return t.Poll()
 	}
@@ -583,7 +601,7 @@ func (t *TxnState) endedLocally(commit bool) TxnStep {
 // clearRecovery forgets the error and what it asked of the abort: a new
 // identity was adopted.
 func (t *TxnState) clearRecovery() {
-	t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain = nil, false, false, false
+	t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain, t.offsetsUncertain = nil, false, false, false, false
 }
 
 // startBump moves to TxnBumpingEpoch with its InitProducerId queued.
@@ -779,6 +797,9 @@ type EndTxnResult struct {
 //	NONE, commit after a lost answer        InitProducerId(current ID, epoch) → BumpingEpoch: a delayed
 //	                                        duplicate of this EndTxn must not end the next transaction
 //	                                        (KAFKA-17754)
+//	NONE, an offsets request of the         InitProducerId(current ID, epoch) → BumpingEpoch: a delayed
+//	  transaction may have been applied     TxnOffsetCommit must not be staged in the next transaction
+//	  without an answer                     (HandleOffsets)
 //	NONE, otherwise                         → Ready
 //	NotSent, NoResponse; CONCURRENT_        send the same EndTxn again (the coordinator answers a repeat
 //	  TRANSACTIONS, COORDINATOR_LOAD_IN_    of a completed one with NONE)
@@ -838,7 +859,7 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 			t.clearRecovery()
 			return TxnStep{Decision: d, Done: true}
 		}
-		if t.endTxnUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {
+		if t.endTxnUncertain || t.offsetsUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {
 			t.startBump()
 			return t.Poll()
 		}

@@ -8,7 +8,13 @@ package producer
 // every EndTxn under transactions V2, and fences any stale identity.
 // Requests and answers are lost, batches refused or appended-then-refused,
 // and an EndTxn whose answer was lost may arrive again much later
-// (KAFKA-17754). Invariants:
+// (KAFKA-17754). The application also commits consumed offsets
+// (SendOffsetsToTransaction: AddOffsetsToTxn, then TxnOffsetCommit, each
+// attempt a step interleaved with the rest); a model group coordinator
+// stages a TxnOffsetCommit in the coordinator's ongoing transaction if its
+// identity is current and the transaction has the group (as Kafka's
+// partition verification does), and a TxnOffsetCommit that was lost or
+// resent may arrive again later. Invariants:
 //
 //  1. the client believes a transaction committed exactly when the
 //     coordinator committed it; a committed transaction's records are all
@@ -19,7 +25,10 @@ package producer
 //  3. a record reported Failed with MaybeWritten false is not in the log;
 //  4. at most one coordinator request is outstanding; EndTxn is sent only
 //     once the Sequencer is drained;
-//  5. every operation completes once faults heal.
+//  5. every operation completes once faults heal;
+//  6. a committed transaction's offsets are only those sent in it (a late
+//     copy of an earlier transaction's TxnOffsetCommit is never committed);
+//  7. a transaction the client has ended is not open at the coordinator.
 
 import (
 	"fmt"
@@ -42,6 +51,25 @@ type mCoordinator struct {
 	nextPID  int64
 	fenced   int
 	zombies  []EndTxnRequest // EndTxn copies delayed in the network (KAFKA-17754)
+
+	offsetsIn  bool       // the ongoing transaction has the group's offsets partition
+	staged     []int      // the transactions whose TxnOffsetCommits are staged in it
+	offZombies []mOffsets // TxnOffsetCommit copies delayed in the network
+}
+
+// mOffsets is a TxnOffsetCommit: the identity it carries and the client
+// transaction whose consumed offsets it stages.
+type mOffsets struct {
+	producer ProducerID
+	txn      int
+}
+
+// offsetsOp is a SendOffsetsToTransaction under way: its AddOffsetsToTxn,
+// then its TxnOffsetCommit, one attempt per step.
+type offsetsOp struct {
+	commit   bool       // at the TxnOffsetCommit
+	producer ProducerID // the identity read when the call began
+	attempts int
 }
 
 // zombie delivers a delayed duplicate EndTxn: it acts on whatever
@@ -59,6 +87,7 @@ func (d *txnDriver) zombie() {
 		d.stats["zombie-fenced"]++
 	case c.txn != 0 && !c.ended:
 		d.stats["zombie-applied"]++
+		d.offsetsEnded(c.txn, z.Commit)
 		if z.Commit {
 			d.committed[c.txn] = true
 		} else {
@@ -94,6 +123,120 @@ type txnDriver struct {
 	pendingOp bool         // Commit/Abort/Init in progress
 	opCommit  bool         // the operation in progress is a Commit
 	flushing  bool         // the application wants to commit: flush, then Commit
+	offOp     *offsetsOp   // SendOffsetsToTransaction in progress (Commit and Abort wait for it)
+}
+
+// offsetsEnded: the coordinator ended its transaction k; the offsets staged
+// in it go with it, and a commit must carry only k's.
+func (d *txnDriver) offsetsEnded(k int, commit bool) {
+	c := d.coord
+	if commit {
+		for _, j := range c.staged {
+			if j != k {
+				d.fatalf("transaction %d committed offsets sent in transaction %d", k, j)
+			}
+		}
+		if len(c.staged) > 0 {
+			d.stats["offsets-committed"]++
+		}
+	}
+	c.staged, c.offsetsIn = nil, false
+}
+
+// applyOffsets is the coordinators' handling of an AddOffsetsToTxn (commit
+// false) or a TxnOffsetCommit reaching them.
+func (d *txnDriver) applyOffsets(commit bool, m mOffsets) int16 {
+	c := d.coord
+	switch {
+	case m.producer != c.producer:
+		return kerr.ProducerFenced.Code
+	case !commit:
+		c.txn, c.ended, c.offsetsIn = d.curTxn, false, true
+		return 0
+	case c.txn == 0 || !c.offsetsIn:
+		return kerr.InvalidTxnState.Code // verification: not in an ongoing transaction
+	}
+	c.staged = append(c.staged, m.txn)
+	return 0
+}
+
+// offsetsZombie delivers a delayed TxnOffsetCommit copy.
+func (d *txnDriver) offsetsZombie() {
+	c := d.coord
+	if len(c.offZombies) == 0 {
+		return
+	}
+	z := c.offZombies[0]
+	c.offZombies = c.offZombies[1:]
+	if d.applyOffsets(true, z) == 0 {
+		d.stats["offsets-zombie-staged"]++
+	} else {
+		d.stats["offsets-zombie-fenced"]++
+	}
+}
+
+// offsetsStep makes one attempt of the SendOffsetsToTransaction under way,
+// as the producer's I/O layer does, and feeds its outcome to the TxnState.
+func (d *txnDriver) offsetsStep() {
+	op := d.offOp
+	if op == nil {
+		return
+	}
+	c := d.coord
+	fate := 100
+	if d.faults {
+		fate = d.rng.Intn(100)
+	}
+	lostRequest, lostAnswer, resent := fate < 5, fate >= 5 && fate < 10, fate >= 10 && fate < 14
+	concurrent, refused := fate >= 14 && fate < 18, fate >= 18 && fate < 21
+	kind := OffsetsAdd
+	if op.commit {
+		kind = OffsetsCommit
+	}
+	res := OffsetsResult{Request: kind}
+	switch {
+	case concurrent:
+		res.Codes = []int16{kerr.ConcurrentTransactions.Code}
+	case refused:
+		res.Codes = []int16{[]int16{kerr.UnknownProducerID.Code, kerr.InvalidProducerIDMapping.Code,
+			kerr.GroupAuthorizationFailed.Code, kerr.IllegalGeneration.Code}[d.rng.Intn(4)]}
+	case lostRequest:
+		res.Delivery, res.Err = NoResponse, errModelNoAnswer
+	default:
+		code := d.applyOffsets(op.commit, mOffsets{op.producer, d.curTxn})
+		if code == kerr.ProducerFenced.Code {
+			c.fenced++
+		}
+		res.Codes, res.Resent = []int16{code}, resent
+		if lostAnswer {
+			res = OffsetsResult{Request: kind, Delivery: NoResponse, Err: errModelNoAnswer}
+		}
+	}
+	if op.commit && (lostRequest || lostAnswer || resent) && d.rng.Intn(2) == 0 {
+		c.offZombies = append(c.offZombies, mOffsets{op.producer, d.curTxn})
+	}
+	op.attempts++
+	st := d.tx.HandleOffsets(res)
+	d.step(st.Txn)
+	switch {
+	case st.Err != nil:
+		d.stats["offsets-failed"]++
+		d.offOp = nil
+	case st.Retry && op.attempts > 6:
+		// The caller's context ends.
+		st = d.tx.HandleOffsets(OffsetsResult{Request: kind, Delivery: NotSent, Err: errModelNoAnswer})
+		if st.Err == nil {
+			d.fatalf("SendOffsetsToTransaction given up without an error")
+		}
+		d.step(st.Txn)
+		d.offOp = nil
+	case st.Retry:
+	case !op.commit:
+		op.commit, op.attempts = true, 0
+	default:
+		d.stats["offsets-sent"]++
+		d.offOp = nil
+	}
 }
 
 func (d *txnDriver) step(s TxnStep) {
@@ -114,6 +257,9 @@ func (d *txnDriver) step(s TxnStep) {
 		}
 		if d.pendingOp && d.opCommit && s.Err == nil {
 			d.clientOK[d.curTxn] = true
+		}
+		if d.tx.State() == TxnReady && d.curTxn != 0 && d.coord.txn == d.curTxn {
+			d.fatalf("transaction %d ended by the client is still open at the coordinator", d.curTxn)
 		}
 		d.pendingOp, d.opCommit = false, false
 	}
@@ -173,6 +319,7 @@ func (d *txnDriver) answerCoordinator() {
 			if c.producer.ID != before {
 				d.stats["pid-rotation"]++
 			}
+			d.offsetsEnded(c.txn, false) // InitProducerId aborts the ongoing transaction
 			c.txn = 0
 			res.Producer = c.producer
 		case r.Producer == c.prev:
@@ -243,6 +390,7 @@ func (d *txnDriver) answerCoordinator() {
 			c.fenced++
 			res.Code = kerr.ProducerFenced.Code
 		default:
+			d.offsetsEnded(d.curTxn, r.Commit)
 			if r.Commit {
 				d.committed[d.curTxn] = true
 			} else {
@@ -286,7 +434,7 @@ func (d *txnDriver) produceStep(tp TopicPartition) {
 	if len(d.byTP[tp].queue) > 0 {
 		d.processTxn(tp)
 	}
-	if d.flushing && d.tx.State() == TxnInTransaction && len(d.pending[tp0])+len(d.pending[tp1])+len(d.pending[tp2]) == 0 {
+	if d.flushing && d.offOp == nil && d.tx.State() == TxnInTransaction && len(d.pending[tp0])+len(d.pending[tp1])+len(d.pending[tp2]) == 0 {
 		d.flushing, d.pendingOp, d.opCommit = false, true, true
 		s, err := d.tx.Commit()
 		if err != nil {
@@ -379,7 +527,11 @@ func (d *txnDriver) appStep() {
 			}
 		}
 	case TxnInTransaction:
-		if d.flushing || d.rng.Intn(4) != 0 {
+		if d.offOp == nil && !d.flushing && d.rng.Intn(3) == 0 {
+			d.offOp = &offsetsOp{producer: d.seq.Producer()}
+			return
+		}
+		if d.flushing || d.offOp != nil || d.rng.Intn(4) != 0 {
 			return
 		}
 		if d.rng.Intn(4) == 0 {
@@ -388,7 +540,9 @@ func (d *txnDriver) appStep() {
 			d.flushing = true
 		}
 	case TxnAbortableError:
-		d.abort()
+		if d.offOp == nil {
+			d.abort()
+		}
 	}
 }
 
@@ -429,9 +583,13 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 		switch x := rng.Intn(100); {
 		case x < 2:
 			d.zombie()
+		case x < 4:
+			d.offsetsZombie()
 		case x < 20:
 			d.answerCoordinator()
-		case x < 30:
+		case x < 26:
+			d.offsetsStep()
+		case x < 34:
 			d.appStep()
 		default:
 			d.produceStep(d.parts[rng.Intn(len(d.parts))].tp)
@@ -446,11 +604,13 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 				tx.State(), d.pendingOp, d.flushing, d.coordReq, seq.Pending(), seq.Outstanding())
 		}
 		d.answerCoordinator()
+		d.offsetsStep()
+		d.offsetsZombie()
 		for _, m := range d.parts {
 			d.produceStep(m.tp)
 		}
 		d.step(tx.Poll())
-		if d.pendingOp || d.coordReq != nil {
+		if d.pendingOp || d.coordReq != nil || d.offOp != nil {
 			continue
 		}
 		switch tx.State() {
@@ -537,10 +697,12 @@ func TestTxnModelRandomized(t *testing.T) {
 		})
 	}
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
-		"pid-rotation", "zombie-fenced"} {
+		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}
 	}
 	t.Logf("totals over %d seeds: %v", seeds, total)
 }
+
+var errModelNoAnswer = fmt.Errorf("model: no answer")

@@ -662,36 +662,37 @@ func TestTxnV2CommitRefusedAfterAckedProduce(t *testing.T) {
 // abortable here, not fatal).
 func TestOffsetsCode(t *testing.T) {
 	for _, c := range []struct {
-		code *kerr.Error // nil: NONE
-		want offsetsVerdict
+		code  *kerr.Error // nil: NONE
+		want  offsetsVerdict
+		maybe bool // may have been applied all the same
 	}{
-		{nil, offsetsOK},
-		{kerr.NotCoordinator, offsetsRetry},
-		{kerr.CoordinatorNotAvailable, offsetsRetry},
-		{kerr.CoordinatorLoadInProgress, offsetsRetry},
-		{kerr.ConcurrentTransactions, offsetsRetry},
-		{kerr.UnknownTopicOrPartition, offsetsRetry},
-		{kerr.RequestTimedOut, offsetsRetry},
-		{kerr.NetworkException, offsetsRetry},
-		{kerr.UnknownProducerID, offsetsAbortableBump},
-		{kerr.InvalidProducerIDMapping, offsetsAbortableRemap},
-		{kerr.ProducerFenced, offsetsFatal},
-		{kerr.InvalidProducerEpoch, offsetsFatal},
-		{kerr.TransactionalIDAuthorizationFailed, offsetsFatal},
-		{kerr.GroupAuthorizationFailed, offsetsAbortable},
-		{kerr.TransactionAbortable, offsetsAbortable},
-		{kerr.UnknownMemberID, offsetsAbortable},
-		{kerr.IllegalGeneration, offsetsAbortable},
-		{kerr.FencedInstanceID, offsetsAbortable},
-		{kerr.StaleMemberEpoch, offsetsAbortable},
-		{kerr.UnknownServerError, offsetsAbortable},
+		{nil, offsetsOK, false},
+		{kerr.NotCoordinator, offsetsRetry, false},
+		{kerr.CoordinatorNotAvailable, offsetsRetry, false},
+		{kerr.CoordinatorLoadInProgress, offsetsRetry, false},
+		{kerr.ConcurrentTransactions, offsetsRetry, false},
+		{kerr.UnknownTopicOrPartition, offsetsRetry, false},
+		{kerr.RequestTimedOut, offsetsRetry, true},
+		{kerr.NetworkException, offsetsRetry, true},
+		{kerr.UnknownProducerID, offsetsAbortableBump, false},
+		{kerr.InvalidProducerIDMapping, offsetsAbortableRemap, false},
+		{kerr.ProducerFenced, offsetsFatal, false},
+		{kerr.InvalidProducerEpoch, offsetsFatal, false},
+		{kerr.TransactionalIDAuthorizationFailed, offsetsFatal, false},
+		{kerr.GroupAuthorizationFailed, offsetsAbortable, false},
+		{kerr.TransactionAbortable, offsetsAbortable, false},
+		{kerr.UnknownMemberID, offsetsAbortable, false},
+		{kerr.IllegalGeneration, offsetsAbortable, false},
+		{kerr.FencedInstanceID, offsetsAbortable, false},
+		{kerr.StaleMemberEpoch, offsetsAbortable, false},
+		{kerr.UnknownServerError, offsetsAbortable, false},
 	} {
 		var code int16
 		if c.code != nil {
 			code = c.code.Code
 		}
-		if v := offsetsCode(code); v != c.want {
-			t.Errorf("offsetsCode(%v) = %v; want %v", c.code, v, c.want)
+		if v, maybe := offsetsCode(code); v != c.want || maybe != c.maybe {
+			t.Errorf("offsetsCode(%v) = %v, %v; want %v, %v", c.code, v, maybe, c.want, c.maybe)
 		}
 	}
 }
@@ -730,12 +731,12 @@ func TestTxnOffsetsAbortable(t *testing.T) {
 		{"AddOffsetsToTxn UNKNOWN_PRODUCER_ID", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.UnknownProducerID)}, true, true, true},
 		{"AddOffsetsToTxn UNKNOWN_PRODUCER_ID, offsets only", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.UnknownProducerID)}, false, false, true},
 		{"AddOffsetsToTxn INVALID_PRODUCER_ID_MAPPING", OffsetsResult{Request: OffsetsAdd, Codes: codes(kerr.InvalidProducerIDMapping)}, true, false, true},
-		{"AddOffsetsToTxn lost answer", OffsetsResult{Request: OffsetsAdd, Delivery: NoResponse, Err: ErrDeliveryTimeout}, false, true, false},
+		{"AddOffsetsToTxn lost answer", OffsetsResult{Request: OffsetsAdd, Delivery: NoResponse, Err: ErrDeliveryTimeout}, false, true, true},
 		{"AddOffsetsToTxn not sent", OffsetsResult{Request: OffsetsAdd, Delivery: NotSent, Err: ErrDeliveryTimeout}, false, false, false},
 		{"TxnOffsetCommit ILLEGAL_GENERATION", OffsetsResult{Request: OffsetsCommit, Codes: codes(nil, kerr.IllegalGeneration)}, true, true, false},
 		{"TxnOffsetCommit worst partition", OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.CoordinatorLoadInProgress, kerr.UnknownProducerID, kerr.GroupAuthorizationFailed)}, true, true, true},
 		{"TxnOffsetCommit INVALID_PRODUCER_ID_MAPPING", OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.InvalidProducerIDMapping)}, true, false, true},
-		{"TxnOffsetCommit lost answer", OffsetsResult{Request: OffsetsCommit, Delivery: NoResponse, Err: ErrDeliveryTimeout}, true, true, false},
+		{"TxnOffsetCommit lost answer", OffsetsResult{Request: OffsetsCommit, Delivery: NoResponse, Err: ErrDeliveryTimeout}, true, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
@@ -815,4 +816,77 @@ func TestTxnOffsetsAddedWhileAbortable(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
+}
+
+// TestTxnOffsetsMaybeAppliedBump: an offsets request that may have been
+// applied without an answer (no answer, resent by the transport,
+// REQUEST_TIMED_OUT) may still be applied late: the transaction, committed
+// or aborted, ends with a new epoch, so that the late copy is fenced rather
+// than staged in the next transaction. Under transactions V2 the EndTxn
+// answer's new epoch is that bump.
+func TestTxnOffsetsMaybeAppliedBump(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		res    OffsetsResult
+		commit bool
+	}{
+		{"resent TxnOffsetCommit, commit", OffsetsResult{Request: OffsetsCommit, Codes: codes(nil), Resent: true}, true},
+		{"resent AddOffsetsToTxn, commit", OffsetsResult{Request: OffsetsAdd, Codes: codes(nil), Resent: true}, true},
+		{"REQUEST_TIMED_OUT then NONE, commit", OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.RequestTimedOut)}, true},
+		{"resent TxnOffsetCommit, abort", OffsetsResult{Request: OffsetsCommit, Codes: codes(nil), Resent: true}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			if c.res.Request == OffsetsCommit {
+				h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(nil)})
+			}
+			if st := h.offsets(c.res); st.Err != nil {
+				t.Fatalf("%+v", st)
+			}
+			if c.res.Codes[0] != 0 { // retried, then answered
+				if st := h.offsets(OffsetsResult{Request: c.res.Request, Codes: codes(nil)}); st.Retry || st.Err != nil {
+					t.Fatalf("%+v", st)
+				}
+			}
+			var step TxnStep
+			var err error
+			if c.commit {
+				step, err = h.tx.Commit()
+			} else {
+				step, err = h.tx.Abort()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: c.commit})
+			step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			bumped := ProducerID{pid.ID, pid.Epoch + 1}
+			step = h.init(InitProducerIDResult{Producer: bumped})
+			if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
+				t.Fatalf("end: %+v, state %v", step, h.tx.State())
+			}
+			// The next transaction, with nothing uncertain, ends without a bump.
+			h.begin(tp0)
+			step, _ = h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: bumped, Commit: true})
+			if step = h.endTxn(EndTxnResult{Producer: NoProducerID}); !step.Done || step.Err != nil {
+				t.Fatalf("next commit: %+v", step)
+			}
+		})
+	}
+	t.Run("transactions V2: the EndTxn answer's epoch", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(nil)})
+		h.offsets(OffsetsResult{Request: OffsetsCommit, Codes: codes(nil), Resent: true})
+		step, _ := h.tx.Commit()
+		h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+		bumped := ProducerID{pid.ID, pid.Epoch + 1}
+		step = h.endTxn(EndTxnResult{Producer: bumped})
+		if !step.Done || step.Err != nil || step.Send != nil || h.seq.Producer() != bumped {
+			t.Fatalf("%+v", step)
+		}
+	})
 }
