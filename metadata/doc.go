@@ -31,9 +31,17 @@
 // rules, with their reasons, are listed there. In short: epoch -1 never
 // replaces a known epoch; a lower epoch is rejected (KIP-232) until
 // Confirmations (default 5) consecutive answers report a lower one, or at
-// once when the topic ID changed (topic recreated); epochs from Metadata
-// below v9 are not trusted; every adopted leader or epoch change is one
-// Event. KIP-951 hints are applied only when newer.
+// once when a new incarnation of the topic (a new topic ID: the topic was
+// recreated) is adopted; epochs from Metadata below v9 are not trusted;
+// every adopted leader or epoch change is one Event. KIP-951 hints are
+// applied only when newer.
+//
+// A new topic ID is adopted when a broker that answered the cached ID is
+// seen answering it (a broker's metadata only moves forward), or after
+// Confirmations consecutive answers name it; an ID some broker was seen
+// moving away from is never adopted again, so a broker lagging behind a
+// recreation cannot take the cache back to the old incarnation. This needs
+// to know which broker answered: *kgo.Client's RequestSharded says it.
 //
 // # Refreshes
 //
@@ -52,5 +60,6 @@
 // Close cancels the round trip in flight and returns once the goroutine has
 // exited; WaitFor, Refresh and Subscription.Next then return ErrClosed.
 //
-// The package imports the standard library, kmsg and kepoch's errors.
+// The package imports the standard library, kmsg, kgo (for the answering
+// broker of RequestSharded) and kepoch's errors.
 package metadata

@@ -28,6 +28,13 @@ func (c *countingRequestor) Request(ctx context.Context, req kmsg.Request) (kmsg
 	return c.Requestor.Request(ctx, req)
 }
 
+// RequestSharded passes on the client's: the refresher learns which broker
+// answered, as it does from a *kgo.Client.
+func (c *countingRequestor) RequestSharded(ctx context.Context, req kmsg.Request) []kgo.ResponseShard {
+	c.n.Add(1)
+	return c.Requestor.(*kgo.Client).RequestSharded(ctx, req)
+}
+
 type kfakeEnv struct {
 	c      *kfake.Cluster
 	cl     *kgo.Client
@@ -427,5 +434,115 @@ func TestKfakeTopicRecreated(t *testing.T) {
 	}
 	if p, err := r.Lookup("t", 0); err != nil || p.LeaderEpoch != 0 || p.TopicID != newTop.ID {
 		t.Fatalf("t[0] of the new incarnation = %+v, %v", p, err)
+	}
+}
+
+// A topic deleted and recreated, then a lagging broker answers with the old
+// incarnation (its ID and its higher epochs), again and again: the cache
+// must stay on the new incarnation, with no event, however many times the
+// stale answer comes. (Every broker answered for the old incarnation before
+// the recreation, so the first answer naming the new ID came from a broker
+// seen moving from the old ID to the new one.)
+func TestKfakeStaleIncarnation(t *testing.T) {
+	env := newKfake(t, "t")
+	ctx := testCtx(t)
+	r := env.newRefresher(t, Confirmations(3), Backoff(0, 0))
+	sub := r.Subscribe("t")
+	r.Watch("t")
+	for i := 0; i < 8; i++ { // every broker answers for the first incarnation
+		if err := r.Refresh(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextEvents(ctx, t, sub, 3)
+	p0, _ := r.Lookup("t", 0)
+	if err := env.c.MoveTopicPartition("t", 0, otherBroker(t, r, p0.Leader)); err != nil { // epoch 1
+		t.Fatal(err)
+	}
+	if _, err := r.WaitFor(ctx, "t", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	nextEvents(ctx, t, sub, 1)
+	oldTop, _ := r.Topic("t")
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr("t")
+	req.Topics = append(req.Topics, rt)
+	stale, err := req.RequestWith(ctx, env.cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	adm := kadm.NewClient(env.cl)
+	if _, err := adm.DeleteTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i > 20 {
+			t.Fatal("the new incarnation was never adopted")
+		}
+		if err := r.Refresh(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if top, _ := r.Topic("t"); top.ID != oldTop.ID && !top.ID.IsZero() {
+			break
+		}
+	}
+	nextEvents(ctx, t, sub, 3) // TopicRecreated
+	newTop, _ := r.Topic("t")
+
+	var staleOn atomic.Bool
+	staleOn.Store(true)
+	env.c.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		env.c.KeepControl()
+		if !staleOn.Load() {
+			return nil, nil, false
+		}
+		resp := *stale
+		resp.Version = kr.GetVersion()
+		return &resp, nil, true
+	})
+	for i := 0; i < 6; i++ {
+		if err := r.Refresh(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if top, _ := r.Topic("t"); top.ID != newTop.ID {
+			t.Fatalf("stale answer %d took the cache back to the old incarnation %v (new %v)", i+1, top.ID, newTop.ID)
+		}
+	}
+	if evs := sub.Events(); len(evs) != 0 {
+		t.Fatalf("events from stale answers: %v", evs)
+	}
+	staleOn.Store(false)
+	if err := r.Refresh(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Lookup("t", 0); err != nil || p.TopicID != newTop.ID || p.LeaderEpoch != 0 {
+		t.Fatalf("t[0] after the stale answers = %+v, %v", p, err)
+	}
+
+	// A second recreation is seen as such.
+	if _, err := adm.DeleteTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i > 20 {
+			t.Fatal("the third incarnation was never adopted")
+		}
+		if err := r.Refresh(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if top, _ := r.Topic("t"); top.ID != newTop.ID {
+			if top.ID == oldTop.ID || top.ID.IsZero() || len(top.Partitions) != 2 {
+				t.Fatalf("after the second recreation: %+v", top)
+			}
+			break
+		}
 	}
 }

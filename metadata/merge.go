@@ -27,8 +27,29 @@ import (
 //     a higher epoch and died; the surviving cluster's lower epoch is real).
 //     Any answer at or above the cached epoch resets the count; an answer
 //     with epoch -1 leaves it alone.
-//  5. A topic whose ID changed (both IDs known) is a new incarnation: all
-//     its partitions are replaced whatever their epochs, counters reset.
+//  5. Incarnations. A topic ID names one incarnation of a topic: a topic
+//     deleted and created again under its name gets a new ID, and its
+//     epochs start over. A broker's metadata only moves forward, so when a
+//     broker that answered ID X for a name answers Y, Y replaced X; a
+//     chain of such moves from X to Y shows Y newer than X. An answer
+//     whose broker is not known (a seed connection, a Requestor that does
+//     not say) shows nothing.
+//     a. An answer naming an ID some broker was seen moving away from is
+//        stale (a broker lagging behind a recreation): the topic's entry
+//        is ignored whole, whatever it says, however often.
+//     b. An answer naming an ID shown newer than the cached one is a new
+//        incarnation: all partitions are replaced whatever their epochs,
+//        counters reset (TopicRecreated).
+//     c. An answer naming another ID not shown newer (the first answer of
+//        a broker about the topic, or one whose broker is not known) keeps
+//        the cache as it is, unless n consecutive answers naming the topic
+//        name that same ID (none the cached one): then it is adopted as in
+//        b (the brokers that could show the order may be gone). With n = 0
+//        only a shown order adopts a new ID. Such an answer leaves the
+//        state unsettled: the refresher asks again (ReasonUnsettled), so
+//        that the next broker's answer settles it.
+//     Both IDs must be known; an answer without an ID is the cached
+//     incarnation, and an ID learned for the first time is no recreation.
 //  6. A partition answer with an error code other than
 //     REPLICA_NOT_AVAILABLE has no usable leader: its leader is taken as -1
 //     (the epoch rules above still decide whether it is adopted).
@@ -51,13 +72,29 @@ type state struct {
 	controller int32
 	clusterID  string
 	topics     map[string]*topicState
+	// unsettled: the answer merged into this state named a topic ID that
+	// rule 5c held back.
+	unsettled bool
 }
 
 type topicState struct {
 	Topic
 	rewinds []int // per partition: consecutive answers with a lower epoch
 	missing int   // consecutive answers saying the topic does not exist
+
+	// Incarnations (rule 5). Shared between states: copied on write.
+	reported   map[int32]TopicID // per broker: the last ID it answered for the topic
+	moves      []idMove          // IDs brokers were seen moving from and to, newest last (at most maxMoves)
+	challenger TopicID           // an ID not shown newer than the cached one…
+	challenges int               // …named by this many consecutive answers
 }
+
+// idMove: a broker answered from, then to.
+type idMove struct{ from, to TopicID }
+
+// maxMoves bounds a topic's remembered ID moves (each recreation seen adds
+// at most one per broker).
+const maxMoves = 32
 
 func emptyState() *state {
 	return &state{controller: -1, topics: map[string]*topicState{}}
@@ -65,7 +102,8 @@ func emptyState() *state {
 
 // response is a decoded Metadata answer.
 type response struct {
-	all        bool // the request asked for all topics
+	all        bool  // the request asked for all topics
+	broker     int32 // the broker that answered, -1 if not known
 	brokers    []Broker
 	controller int32
 	clusterID  string
@@ -90,14 +128,18 @@ type respPartition struct {
 	err       error
 }
 
-// decode turns a kmsg answer into a response (rules 6 and 9). It returns
-// the answer's top-level error (Metadata v13+) if there is one.
-func decode(resp *kmsg.MetadataResponse, all bool) (*response, error) {
+// decode turns a kmsg answer from broker (-1: not known) into a response
+// (rules 6 and 9). It returns the answer's top-level error (Metadata v13+)
+// if there is one.
+func decode(resp *kmsg.MetadataResponse, all bool, broker int32) (*response, error) {
 	if err := errors.FromCode(resp.ErrorCode); err != nil {
 		return nil, err
 	}
 	trusted := resp.GetVersion() >= 9
-	out := &response{all: all, controller: resp.ControllerID}
+	if broker < 0 {
+		broker = -1
+	}
+	out := &response{all: all, broker: broker, controller: resp.ControllerID}
 	if resp.ClusterID != nil {
 		out.clusterID = *resp.ClusterID
 	}
@@ -166,7 +208,11 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 			continue
 		}
 		seen[rt.name] = true
-		nt, evs := mergeTopic(prev.topics[rt.name], rt, n)
+		old := prev.topics[rt.name]
+		nt, evs := mergeTopic(old, rt, n, in.broker)
+		if nt.challenges > 0 && (old == nil || nt.challenger != old.challenger || nt.challenges != old.challenges) {
+			next.unsettled = true
+		}
 		next.topics[rt.name] = nt
 		events = append(events, evs...)
 	}
@@ -180,7 +226,7 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		}
 		sort.Strings(absent)
 		for _, name := range absent {
-			nt, evs := mergeTopic(prev.topics[name], respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n)
+			nt, evs := mergeTopic(prev.topics[name], respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n, in.broker)
 			next.topics[name] = nt
 			events = append(events, evs...)
 		}
@@ -188,13 +234,34 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 	return next, events
 }
 
-func mergeTopic(old *topicState, rt respTopic, n int) (*topicState, []Event) {
+func mergeTopic(old *topicState, rt respTopic, n int, broker int32) (*topicState, []Event) {
 	if rt.err != nil {
 		return mergeTopicError(old, rt, n)
 	}
-	recreated := old != nil && !old.ID.IsZero() && !rt.id.IsZero() && old.ID != rt.id
-	if old == nil || len(old.Partitions) == 0 || recreated {
-		return freshTopic(old, rt, recreated)
+	if old != nil && !rt.id.IsZero() {
+		// Rule 5.
+		old = old.observe(broker, rt.id)
+		switch {
+		case old.retired(rt.id):
+			return old, nil // a: stale
+		case old.ID.IsZero() || old.ID == rt.id:
+			old = old.challenge(TopicID{})
+		case old.shownNewer(rt.id):
+			return freshTopic(old, rt, true) // b
+		default:
+			old = old.challenge(rt.id)
+			if n <= 0 || old.challenges < n {
+				return old, nil
+			}
+			return freshTopic(old, rt, true) // c
+		}
+	}
+	if old == nil {
+		nt, events := freshTopic(nil, rt, false)
+		return nt.observe(broker, rt.id), events
+	}
+	if len(old.Partitions) == 0 {
+		return freshTopic(old, rt, false)
 	}
 
 	nt := old.clone()
@@ -281,11 +348,15 @@ func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event
 	return nt, events
 }
 
-// freshTopic builds a topic seen for the first time, or a new incarnation.
+// freshTopic builds a topic seen for the first time (or again, after its
+// partitions were removed), or a new incarnation.
 func freshTopic(old *topicState, rt respTopic, recreated bool) (*topicState, []Event) {
 	nt := &topicState{Topic: Topic{Name: rt.name, ID: rt.id, Internal: rt.internal}}
-	if old != nil && rt.id.IsZero() {
-		nt.ID = old.ID
+	if old != nil {
+		if rt.id.IsZero() {
+			nt.ID = old.ID
+		}
+		nt.reported, nt.moves = old.reported, old.moves
 	}
 	nt.grow(rt)
 	for i := range nt.Partitions {
@@ -350,6 +421,77 @@ func applyHint(prev *state, topic string, partition, leader, epoch int32) (*stat
 	next.topics[topic] = nt
 	ev := event(LeaderChanged, FromHint, old, np)
 	return &next, &ev
+}
+
+// observe records that broker (-1: not known) answered id for the topic:
+// if it last answered another ID, it moved from that one to id. It returns
+// t itself when nothing is new.
+func (t *topicState) observe(broker int32, id TopicID) *topicState {
+	if broker < 0 || id.IsZero() {
+		return t
+	}
+	last := t.reported[broker]
+	if last == id {
+		return t
+	}
+	c := *t
+	c.reported = make(map[int32]TopicID, len(t.reported)+1)
+	for b, x := range t.reported {
+		c.reported[b] = x
+	}
+	c.reported[broker] = id
+	if !last.IsZero() && !slices.Contains(t.moves, idMove{last, id}) {
+		c.moves = append(slices.Clone(t.moves), idMove{last, id})
+		if len(c.moves) > maxMoves {
+			c.moves = c.moves[len(c.moves)-maxMoves:]
+		}
+	}
+	return &c
+}
+
+// retired reports whether a broker was seen moving away from id.
+func (t *topicState) retired(id TopicID) bool {
+	return slices.ContainsFunc(t.moves, func(m idMove) bool { return m.from == id })
+}
+
+// shownNewer reports whether brokers' moves lead from the cached ID to id.
+func (t *topicState) shownNewer(id TopicID) bool {
+	seen := map[TopicID]bool{t.ID: true}
+	frontier := []TopicID{t.ID}
+	for len(frontier) > 0 {
+		from := frontier[0]
+		frontier = frontier[1:]
+		for _, m := range t.moves {
+			if m.from != from || seen[m.to] {
+				continue
+			}
+			if m.to == id {
+				return true
+			}
+			seen[m.to] = true
+			frontier = append(frontier, m.to)
+		}
+	}
+	return false
+}
+
+// challenge counts one more consecutive answer naming id instead of the
+// cached ID (zero: an answer naming the cached ID, which ends the count).
+func (t *topicState) challenge(id TopicID) *topicState {
+	switch {
+	case id.IsZero() && t.challenger.IsZero():
+		return t
+	case id.IsZero():
+		c := *t
+		c.challenger, c.challenges = TopicID{}, 0
+		return &c
+	}
+	c := *t
+	if c.challenger != id {
+		c.challenger, c.challenges = id, 0
+	}
+	c.challenges++
+	return &c
 }
 
 func (t *topicState) clone() *topicState {

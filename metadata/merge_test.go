@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -35,7 +36,13 @@ func tp(name string, tid TopicID, parts ...respPartition) respTopic {
 func terr(name string, err error) respTopic { return respTopic{name: name, err: err} }
 
 func answer(topics ...respTopic) *response {
-	return &response{controller: 1, brokers: []Broker{{NodeID: 2, Host: "b", Port: 2}, {NodeID: 1, Host: "a", Port: 1}}, topics: topics}
+	return &response{broker: -1, controller: 1, brokers: []Broker{{NodeID: 2, Host: "b", Port: 2}, {NodeID: 1, Host: "a", Port: 1}}, topics: topics}
+}
+
+// from is an answer given by broker.
+func from(broker int32, r *response) *response {
+	r.broker = broker
+	return r
 }
 
 func allAnswer(topics ...respTopic) *response {
@@ -78,7 +85,7 @@ type step struct {
 
 func TestMerge(t *testing.T) {
 	const N = 3
-	A, B := id(0xA), id(0xB)
+	A, B, C := id(0xA), id(0xB), id(0xC)
 	unknownTopic := errors.ErrUnknownTopicOrPartition
 	tests := []struct {
 		name  string
@@ -175,13 +182,13 @@ func TestMerge(t *testing.T) {
 				repeatStep(step{in: answer(tp("t", A, p(0, 2, 5))), events: []ev{}, after: []le{{"t", 0, 1, 7}}}, 20)...),
 		},
 		{
-			name: "topic ID change adopts lower epochs at once",
+			name: "topic ID change shown by a broker adopts lower epochs at once",
 			n:    N,
 			steps: []step{
-				{in: answer(tp("t", A, p(0, 1, 7), p(1, 2, 9), p(2, 3, 3))), events: []ev{
+				{in: from(1, answer(tp("t", A, p(0, 1, 7), p(1, 2, 9), p(2, 3, 3)))), events: []ev{
 					{PartitionAdded, "t", 0, -1, -1, 1, 7}, {PartitionAdded, "t", 1, -1, -1, 2, 9}, {PartitionAdded, "t", 2, -1, -1, 3, 3}}},
 				{
-					in: answer(tp("t", B, p(0, 3, 0), p(1, 1, 0))),
+					in: from(1, answer(tp("t", B, p(0, 3, 0), p(1, 1, 0)))),
 					events: []ev{
 						{TopicRecreated, "t", 0, 1, 7, 3, 0}, {TopicRecreated, "t", 1, 2, 9, 1, 0},
 						{PartitionRemoved, "t", 2, 3, 3, -1, -1},
@@ -189,6 +196,80 @@ func TestMerge(t *testing.T) {
 					after: []le{{"t", 0, 3, 0}, {"t", 1, 1, 0}},
 				},
 			},
+		},
+		{
+			name: "an ID a broker was seen moving away from is stale forever; the new incarnation moves on",
+			n:    N,
+			steps: append(append([]step{
+				{in: from(1, answer(tp("t", A, p(0, 1, 7)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 7}}},
+				{in: from(2, answer(tp("t", A, p(0, 1, 7)))), events: []ev{}},
+				{in: from(1, answer(tp("t", B, p(0, 2, 0)))), events: []ev{{TopicRecreated, "t", 0, 1, 7, 2, 0}}},
+			}, repeatStep(step{in: from(2, answer(tp("t", A, p(0, 1, 8)))), events: []ev{}, after: []le{{"t", 0, 2, 0}}}, 2*N)...),
+				step{in: from(3, answer(tp("t", A, p(0, 1, 8)))), events: []ev{}, after: []le{{"t", 0, 2, 0}}}, // never heard from: stale all the same
+				step{in: answer(tp("t", A, p(0, 1, 8))), events: []ev{}, after: []le{{"t", 0, 2, 0}}},
+				step{in: from(2, answer(tp("t", B, p(0, 3, 1)))), events: []ev{{LeaderChanged, "t", 0, 2, 0, 3, 1}}},
+			),
+		},
+		{
+			name: "a new ID from a broker not seen on the old one is held until a broker moves",
+			n:    N,
+			steps: []step{
+				{in: from(1, answer(tp("t", A, p(0, 1, 5)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 5}}},
+				{in: from(3, answer(tp("t", B, p(0, 2, 0)))), events: []ev{}, after: []le{{"t", 0, 1, 5}}},
+				{in: from(1, answer(tp("t", A, p(0, 1, 5)))), events: []ev{}}, // broker 1 still on A
+				{in: from(3, answer(tp("t", B, p(0, 2, 0)))), events: []ev{}, after: []le{{"t", 0, 1, 5}}},
+				{in: from(1, answer(tp("t", B, p(0, 2, 1)))), events: []ev{{TopicRecreated, "t", 0, 1, 5, 2, 1}}},
+			},
+		},
+		{
+			name: "a second recreation is seen; the first new ID is then stale too",
+			n:    N,
+			steps: []step{
+				{in: from(1, answer(tp("t", A, p(0, 1, 9)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 9}}},
+				{in: from(1, answer(tp("t", B, p(0, 2, 4)))), events: []ev{{TopicRecreated, "t", 0, 1, 9, 2, 4}}},
+				{in: from(2, answer(tp("t", A, p(0, 1, 9)))), events: []ev{}},
+				{in: from(1, answer(tp("t", C, p(0, 3, 0)))), events: []ev{{TopicRecreated, "t", 0, 2, 4, 3, 0}}},
+				{in: from(2, answer(tp("t", B, p(0, 2, 4)))), events: []ev{}, after: []le{{"t", 0, 3, 0}}},
+				{in: from(2, answer(tp("t", A, p(0, 1, 9)))), events: []ev{}, after: []le{{"t", 0, 3, 0}}},
+				{in: from(2, answer(tp("t", C, p(0, 3, 0)))), events: []ev{}},
+			},
+		},
+		{
+			name: "the order is shown through a chain of moves of different brokers",
+			n:    N,
+			steps: []step{
+				{in: from(1, answer(tp("t", A, p(0, 1, 9)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 9}}},
+				{in: from(2, answer(tp("t", B, p(0, 2, 4)))), events: []ev{}},
+				{in: from(2, answer(tp("t", C, p(0, 3, 0)))), events: []ev{}}, // B → C, but A → ? unknown
+				{in: from(1, answer(tp("t", B, p(0, 2, 4)))), events: []ev{}}, // A → B; B is stale
+				{in: from(3, answer(tp("t", C, p(0, 3, 0)))), events: []ev{{TopicRecreated, "t", 0, 1, 9, 3, 0}}},
+			},
+		},
+		{
+			name: "without a shown order, N consecutive answers naming the new ID adopt it",
+			n:    N,
+			steps: []step{
+				{in: answer(tp("t", A, p(0, 1, 5))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 5}}},
+				{in: answer(tp("t", B, p(0, 2, 0))), events: []ev{}},
+				{in: answer(tp("t", B, p(0, 2, 0))), events: []ev{}},
+				{in: answer(tp("t", A, p(0, 1, 5))), events: []ev{}}, // the count starts over
+				{in: answer(tp("t", B, p(0, 2, 0))), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}}, // names no ID: does not count
+				{in: answer(tp("t", B, p(0, 2, 0))), events: []ev{}},
+				{in: answer(tp("t", B, p(0, 2, 1))), events: []ev{{TopicRecreated, "t", 0, 1, 5, 2, 1}}},
+				// not shown older either: a stale A needs as many
+				{in: answer(tp("t", A, p(0, 1, 5))), events: []ev{}, after: []le{{"t", 0, 2, 1}}},
+			},
+		},
+		{
+			name: "confirmations 0: only a shown order adopts a new ID",
+			n:    0,
+			steps: append(append([]step{
+				{in: answer(tp("t", A, p(0, 1, 5))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 5}}},
+			}, repeatStep(step{in: from(2, answer(tp("t", B, p(0, 2, 0)))), events: []ev{}, after: []le{{"t", 0, 1, 5}}}, 10)...),
+				step{in: from(1, answer(tp("t", A, p(0, 1, 5)))), events: []ev{}},
+				step{in: from(1, answer(tp("t", B, p(0, 2, 0)))), events: []ev{{TopicRecreated, "t", 0, 1, 5, 2, 0}}},
+			),
 		},
 		{
 			name: "a topic ID learned for the first time is not a recreation",
@@ -222,7 +303,7 @@ func TestMerge(t *testing.T) {
 			name: "a topic unknown N times in a row is removed; a clean answer resets the count",
 			n:    N,
 			steps: []step{
-				{in: answer(tp("t", A, p(0, 1, 1))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 1}}},
+				{in: from(2, answer(tp("t", A, p(0, 1, 1)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 1}}},
 				{in: answer(terr("t", unknownTopic)), events: []ev{}, after: []le{{"t", 0, 1, 1}}},
 				{in: answer(terr("t", unknownTopic)), events: []ev{}},
 				{in: answer(tp("t", A, p(0, 1, 1))), events: []ev{}},
@@ -230,8 +311,9 @@ func TestMerge(t *testing.T) {
 				{in: answer(terr("t", errors.ErrUnknownTopicID)), events: []ev{}, after: []le{{"t", 0, 1, 1}}},
 				{in: answer(terr("t", unknownTopic)), events: []ev{{PartitionRemoved, "t", 0, 1, 1, -1, -1}}},
 				{in: answer(terr("t", unknownTopic)), events: []ev{}},
-				// it comes back under a new ID: a new incarnation
-				{in: answer(tp("t", B, p(0, 2, 0))), events: []ev{{TopicRecreated, "t", 0, -1, -1, 2, 0}}, after: []le{{"t", 0, 2, 0}}},
+				// it comes back under a new ID, from the broker that
+				// named the old one: a new incarnation
+				{in: from(2, answer(tp("t", B, p(0, 2, 0)))), events: []ev{{TopicRecreated, "t", 0, -1, -1, 2, 0}}, after: []le{{"t", 0, 2, 0}}},
 			},
 		},
 		{
@@ -336,6 +418,8 @@ func deepCopy(s *state) *state {
 			tc.Partitions = append(tc.Partitions, p)
 		}
 		tc.rewinds = slices.Clone(t.rewinds)
+		tc.reported = maps.Clone(t.reported)
+		tc.moves = slices.Clone(t.moves)
 		c.topics[name] = &tc
 	}
 	return &c
@@ -409,7 +493,7 @@ func TestDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.version), func(t *testing.T) {
-			d, err := decode(build(tt.version), true)
+			d, err := decode(build(tt.version), true, -1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -434,7 +518,7 @@ func TestDecode(t *testing.T) {
 	}
 	top := build(13)
 	top.ErrorCode = errors.ErrRebootstrapRequired.Code
-	if _, err := decode(top, false); !errors.Is(err, errors.ErrRebootstrapRequired) {
+	if _, err := decode(top, false, -1); !errors.Is(err, errors.ErrRebootstrapRequired) {
 		t.Fatalf("top-level error = %v", err)
 	}
 }
@@ -459,17 +543,21 @@ func TestMergeInvariants(t *testing.T) {
 				events = eventsOf(e)
 			case k == 4:
 				tid = id(byte(rng.IntN(3) + 1))
-				next, events = merge(st, answer(randomTopic(rng, tid)), n)
+				next, events = merge(st, from(randomBroker(rng), answer(randomTopic(rng, tid))), n)
 			case k == 5:
-				next, events = merge(st, answer(terr("t", errors.ErrUnknownTopicOrPartition)), n)
+				next, events = merge(st, from(randomBroker(rng), answer(terr("t", errors.ErrUnknownTopicOrPartition))), n)
 			default:
-				next, events = merge(st, answer(randomTopic(rng, tid)), n)
+				next, events = merge(st, from(randomBroker(rng), answer(randomTopic(rng, tid))), n)
 			}
 			checkStep(t, st, next, events)
 			st = next
 		}
 	}
 }
+
+// randomBroker is a broker 0-2 or -1 (not known). Its answers need not
+// move forward: the invariants hold whatever the brokers do.
+func randomBroker(rng *rand.Rand) int32 { return int32(rng.IntN(4)) - 1 }
 
 func eventsOf(e *Event) []Event {
 	if e == nil {
@@ -536,5 +624,32 @@ func checkStep(t *testing.T, before, after *state, events []Event) {
 				t.Fatalf("partition %d: epoch went %d -> %d with events %v", i, old.LeaderEpoch, cur.LeaderEpoch, evs)
 			}
 		}
+	}
+}
+
+// A lagging broker that still answers with a recreated topic's old ID must
+// not take the cache back to the old incarnation once it holds the new one:
+// the old incarnation's epochs (higher than the new one's) would replace
+// the new ones, every partition would be reported TopicRecreated (consumers
+// reset their positions on it, producers send to a deleted topic ID), and
+// the next fresh answer would flip it forward again, reporting the
+// recreation a second time. Answers name no broker here.
+func TestMergeStaleIncarnationNotReadopted(t *testing.T) {
+	const n = 3
+	A, B := id(0xA), id(0xB)
+	st, _ := merge(emptyState(), answer(tp("t", A, p(0, 1, 7))), n)
+	for i := 0; st.topics["t"].ID != B; i++ {
+		if i > 2*n {
+			t.Fatal("the new incarnation was never adopted")
+		}
+		st, _ = merge(st, answer(tp("t", B, p(0, 2, 0))), n)
+	}
+	st, evs := merge(st, answer(tp("t", A, p(0, 1, 7))), n)
+	if got, _ := st.lookup("t", 0); len(evs) != 0 || got.TopicID != B || got.LeaderEpoch != 0 {
+		t.Fatalf("a stale answer naming the old ID: events %v, t[0] %+v", short(evs), got)
+	}
+	_, evs = merge(st, answer(tp("t", B, p(0, 3, 1))), n)
+	if want := []ev{{LeaderChanged, "t", 0, 2, 0, 3, 1}}; !reflect.DeepEqual(short(evs), want) {
+		t.Fatalf("the new incarnation moving on: events %v, want %v", short(evs), want)
 	}
 }

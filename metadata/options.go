@@ -73,10 +73,12 @@ func Backoff(lo, hi time.Duration) Opt {
 func RequestTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.requestTimeout = d }) }
 
 // Confirmations sets how many consecutive Metadata answers must report a
-// lower leader epoch for a partition before it is believed, and how many
-// must report a topic unknown before its partitions are dropped (default
-// 5, as franz-go). 0 means never: lower epochs are always rejected (Java's
-// rule) and topics are never dropped.
+// lower leader epoch for a partition before it is believed, how many must
+// report a topic unknown before its partitions are dropped, and how many
+// must name a new topic ID that no broker was seen moving to before it is
+// adopted (default 5, as franz-go). 0 means never: lower epochs are always
+// rejected (Java's rule), topics are never dropped, and a new topic ID is
+// adopted only once a broker that answered the cached one answers it.
 func Confirmations(n int) Opt {
 	return opt(func(c *cfg) {
 		if n < 0 {

@@ -35,6 +35,10 @@ const (
 	ReasonRetry
 	// ReasonManual: anything else; what Refresh and Trigger use for 0.
 	ReasonManual
+	// ReasonUnsettled: the previous answer named a topic ID that the
+	// cache holds back until a broker shows it newer or enough answers
+	// name it (see Confirmations).
+	ReasonUnsettled
 )
 
 var reasonNames = []struct {
@@ -50,6 +54,7 @@ var reasonNames = []struct {
 	{ReasonMaxAge, "max-age"},
 	{ReasonRetry, "retry"},
 	{ReasonManual, "manual"},
+	{ReasonUnsettled, "unsettled"},
 }
 
 func (r Reason) String() string {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -63,10 +64,12 @@ type Stats struct {
 
 // NewRefresher returns a refresher that sends Metadata requests through
 // req and starts its goroutine. req is normally the transport's
-// *kgo.Client: its Request method sends Metadata to any broker and feeds
-// kgo's broker table, which Client.Broker(id) needs. No request is sent
-// until a topic is watched, a refresh is asked for or MaxAge passes. Close
-// stops it.
+// *kgo.Client: it sends Metadata to any broker and feeds kgo's broker
+// table, which Client.Broker(id) needs, and its RequestSharded says which
+// broker answered (with a Requestor that cannot, a new topic ID is adopted
+// only after Confirmations answers, see the package's merge rules). No
+// request is sent until a topic is watched, a refresh is asked for or
+// MaxAge passes. Close stops it.
 func NewRefresher(req kmsg.Requestor, opts ...Opt) *Refresher {
 	c := defaultCfg()
 	for _, o := range opts {
@@ -496,13 +499,13 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	r.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
-	kresp, err := r.req.Request(ctx, req)
+	kresp, broker, err := r.request(ctx, req)
 	cancel()
 	end = r.cfg.clock.Now()
 	var decoded *response
 	if err == nil {
 		if resp, ok := kresp.(*kmsg.MetadataResponse); ok {
-			decoded, err = decode(resp, all)
+			decoded, err = decode(resp, all, broker)
 		} else {
 			err = fmt.Errorf("unexpected answer %T to a Metadata request", kresp)
 		}
@@ -510,6 +513,7 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	if r.ctx.Err() != nil {
 		err = errors.ErrClosed
 	}
+	unsettled := false
 	if err == nil {
 		r.writeMu.Lock()
 		if r.isClosed() {
@@ -518,7 +522,7 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 			next, events := merge(r.cur.Load(), decoded, r.cfg.confirmations)
 			r.cur.Store(next)
 			r.dispatch(events)
-			changed = len(events) > 0
+			changed, unsettled = len(events) > 0, next.unsettled
 		}
 		r.writeMu.Unlock()
 	}
@@ -537,6 +541,11 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	} else {
 		r.stats.LastRefresh = end
 		r.served = trip
+		if unsettled && !r.closed {
+			// A topic ID the cache could not place yet (merge rule 5c):
+			// the next broker's answer may settle it.
+			r.pending |= ReasonUnsettled
+		}
 	}
 	r.signalLocked()
 	r.mu.Unlock()
@@ -544,6 +553,33 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 		w <- err
 	}
 	return end, changed, reasons&^ReasonMaxAge != 0, err
+}
+
+// shardedRequestor is what *kgo.Client also is: a Requestor whose answers
+// say which broker gave them.
+type shardedRequestor interface {
+	RequestSharded(context.Context, kmsg.Request) []kgo.ResponseShard
+}
+
+// request sends req and returns the answer with the node ID of the broker
+// that gave it, -1 when that is not known (a seed connection, whose ID kgo
+// makes up, or a Requestor that does not say): merge rule 5 relies on each
+// broker's answers moving only forward.
+func (r *Refresher) request(ctx context.Context, req kmsg.Request) (kmsg.Response, int32, error) {
+	s, ok := r.req.(shardedRequestor)
+	if !ok {
+		resp, err := r.req.Request(ctx, req)
+		return resp, -1, err
+	}
+	shards := s.RequestSharded(ctx, req)
+	if len(shards) != 1 {
+		return nil, -1, fmt.Errorf("%d answers to one Metadata request", len(shards))
+	}
+	sh := shards[0]
+	if sh.Err != nil {
+		return nil, -1, sh.Err
+	}
+	return sh.Resp, max(sh.Meta.NodeID, -1), nil
 }
 
 // requestLocked builds the Metadata request for the current interest.

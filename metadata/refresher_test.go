@@ -709,3 +709,38 @@ func TestRefresherWaitForTopic(t *testing.T) {
 		t.Fatalf("WaitForTopic(v) after Close = %v", err)
 	}
 }
+
+// An answer naming a topic ID the cache cannot place yet (no broker shown
+// moving to it; the fake names no broker) is held back, and the refresher
+// asks again by itself, spaced by the backoff, until Confirmations answers
+// in a row adopted it: a recreation seen once is not left waiting for the
+// next trigger or MaxAge.
+func TestRefresherUnsettledIDAsksAgain(t *testing.T) {
+	r, fc, clock := newTestRefresher(t, Confirmations(3))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 4})
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	fc.set("t", id(2), fakePartition{leader: 2, epoch: 0})
+	n := fc.callCount()
+	r.Trigger(ReasonManual)
+	for i := 0; ; i++ {
+		if top, _ := r.Topic("t"); top.ID == id(2) {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("the new ID was not adopted; %d Metadata calls after the trigger", fc.callCount()-n)
+		}
+		clock.Advance(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if got := fc.callCount() - n; got != 3 {
+		t.Fatalf("%d Metadata calls to adopt the new ID, want 3 (Confirmations)", got)
+	}
+	if st := r.Stats(); st.LastReasons != ReasonUnsettled {
+		t.Fatalf("last round trip's reasons %v", st.LastReasons)
+	}
+	clock.Advance(time.Second)
+	fc.settle(t, n+3) // settled: no more asking
+}
