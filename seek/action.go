@@ -69,6 +69,12 @@ type FetchRequest struct {
 	// the leader answers DivergingEpoch if that epoch does not end at
 	// Offset in its log. NoEpoch disables the check.
 	LastFetchedEpoch int32
+	// Validates marks the fetch whose answer is the position's validation
+	// (Config.InBandValidation): it must go to Leader itself, not to a
+	// replica, and its answer proves the position only if the leader
+	// checked LastFetchedEpoch (BatchFetched.Checked,
+	// FetchCompleted.Checked); a DivergingEpoch is judged as always.
+	Validates bool
 }
 
 // ValidateRequest is one partition of an OffsetForLeaderEpoch request (v3+,
@@ -320,7 +326,7 @@ func (a Action) String() string {
 			" leader=" + strconv.Itoa(int(f.Leader)) +
 			" offset=" + strconv.FormatInt(f.Offset, 10) +
 			" current-epoch=" + epochString(f.CurrentLeaderEpoch) +
-			" last-fetched-epoch=" + epochString(f.LastFetchedEpoch)
+			" last-fetched-epoch=" + epochString(f.LastFetchedEpoch) + validatesString(f.Validates)
 	case ActValidate:
 		v := a.Validate
 		return "validate #" + strconv.FormatUint(uint64(v.Req), 10) +
@@ -351,4 +357,11 @@ func (a Action) String() string {
 		return "resolved " + a.Resolved.Requested.String() + " -> " + a.Resolved.Position.String()
 	}
 	return a.Kind.String()
+}
+
+func validatesString(v bool) string {
+	if v {
+		return " validates"
+	}
+	return ""
 }

@@ -20,14 +20,15 @@ import (
 // Commands (offsets and epochs are plain integers; req defaults to the
 // request in flight):
 //
-//	new [policy=earliest|latest|none] [retry=N] [waits=N] [lineage=N]
-//	leader id=N epoch=N [topic=X]
+//	new [policy=earliest|latest|none] [retry=N] [waits=N] [lineage=N] [inband]
+//	leader id=N epoch=N [topic=X] [inband]   (inband: LeaderChanged.InBand)
+//	broker-inband id=N [off]                 (BrokerInBand)
 //	assign|seek (offset=N [epoch=N] [nearest] | earliest | latest | ts=N)
 //	assign|seek offset=N history=E:S[,E:S...] end=N [topic=X]   (AtHistory; history=none: empty; topic: its topic ID)
 //	revoke
-//	batch base=N last=N epoch=N [req=N]
-//	fetch-done [req=N]
-//	fetch-error code=NAME [hint=ID@EPOCH] [req=N]
+//	batch base=N last=N epoch=N [checked] [req=N]
+//	fetch-done [checked] [req=N]
+//	fetch-error code=NAME [hint=ID@EPOCH [hint-inband]] [req=N]
 //	diverging epoch=N end=N [req=N]
 //	epoch-end (epoch=N end=N | code=NAME) [req=N]
 //	listed (offset=N [epoch=N] | code=NAME) [req=N]
@@ -45,6 +46,7 @@ func TestScenarios(t *testing.T) {
 				cfg.RetryTicks = intArg(t, d, "retry", cfg.RetryTicks)
 				cfg.MaxEpochWaits = intArg(t, d, "waits", cfg.MaxEpochWaits)
 				cfg.LineageSize = intArg(t, d, "lineage", cfg.LineageSize)
+				cfg.InBandValidation = d.HasArg("inband")
 				var err error
 				if p, err = NewPartition(cfg); err != nil {
 					return err.Error() + "\n"
@@ -72,11 +74,13 @@ func scriptEvent(t *testing.T, d *datadriven.TestData, p *Partition) Event {
 	req := RequestID(intArg(t, d, "req", int(p.inflight)))
 	switch d.Cmd {
 	case "leader":
-		e := LeaderChanged{Leader: int32(intArg(t, d, "id", -1)), Epoch: int32(intArg(t, d, "epoch", -1))}
+		e := LeaderChanged{Leader: int32(intArg(t, d, "id", -1)), Epoch: int32(intArg(t, d, "epoch", -1)), InBand: d.HasArg("inband")}
 		if s, ok := arg(d, "topic"); ok {
 			copy(e.TopicID[:], s)
 		}
 		return e
+	case "broker-inband":
+		return BrokerInBand{Broker: int32(mustInt(t, d, "id")), InBand: !d.HasArg("off")}
 	case "assign":
 		return Assigned{Start: scriptStart(t, d)}
 	case "seek":
@@ -84,11 +88,12 @@ func scriptEvent(t *testing.T, d *datadriven.TestData, p *Partition) Event {
 	case "revoke":
 		return Revoked{}
 	case "batch":
-		return BatchFetched{Req: req, Base: int64(mustInt(t, d, "base")), Last: int64(mustInt(t, d, "last")), Epoch: int32(mustInt(t, d, "epoch"))}
+		return BatchFetched{Req: req, Base: int64(mustInt(t, d, "base")), Last: int64(mustInt(t, d, "last")), Epoch: int32(mustInt(t, d, "epoch")),
+			Checked: d.HasArg("checked")}
 	case "fetch-done":
-		return FetchCompleted{Req: req}
+		return FetchCompleted{Req: req, Checked: d.HasArg("checked")}
 	case "fetch-error":
-		e := FetchFailed{Req: req, Code: codeArg(t, d)}
+		e := FetchFailed{Req: req, Code: codeArg(t, d), HintInBand: d.HasArg("hint-inband")}
 		if s, ok := arg(d, "hint"); ok {
 			id, ep, _ := strings.Cut(s, "@")
 			e.Hint = &Leader{ID: int32(atoi(t, id)), Epoch: int32(atoi(t, ep))}

@@ -74,6 +74,27 @@
 // DivergingEpoch, which is handled exactly like an OffsetForLeaderEpoch
 // answer. A position without an epoch is never validated.
 //
+// With Config.InBandValidation the fetch itself is the check where it can
+// be: after a leader or leader-epoch change, an AtEpoch seek or start, or
+// an AtHistory start, when the leader is known to check LastFetchedEpoch
+// (LeaderChanged.InBand, BrokerInBand) and the partition is not paused,
+// the partition stays AwaitingValidation with one Fetch in flight
+// (FetchRequest.Validates) instead of an OffsetForLeaderEpoch. A Kafka
+// leader checks the fetch's LastFetchedEpoch r at offset c against its
+// epoch cache before reading (Partition.readRecords): it answers
+// DivergingEpoch with the same (epoch, end offset) OffsetForLeaderEpoch(r)
+// would give, unless that epoch is r and ends at or after c, exactly when
+// compare finds that answer consistent. So DivergingEpoch is judged as
+// always, an answer the broker checked (BatchFetched.Checked,
+// FetchCompleted.Checked) proves the position before its first batch is
+// accepted, and an answer it did not check (below Fetch v12, or a leader
+// that named a read replica and read nothing) proves nothing: the
+// position is then validated with OffsetForLeaderEpoch and nothing of the
+// answer is accepted. An OFFSET_OUT_OF_RANGE (the leader could not locate
+// r, or c is below its log start) is validated with OffsetForLeaderEpoch
+// before it is classified, as always. Narrowing and SeekToNearest always
+// ask OffsetForLeaderEpoch.
+//
 // One function, compare, judges a leader's answer (epoch E, end offset End)
 // for the position (offset c, epoch r): End ≥ c with E ≥ r is no
 // truncation; otherwise the candidate divergence point is End, or, when the

@@ -44,10 +44,29 @@ type Seek struct {
 // one already known is stale metadata and is ignored, unless it is confirmed
 // Config.MaxEpochWaits times in a row (a real rewind); NoEpoch never replaces
 // a known epoch; a different topic id means the topic was recreated.
+//
+// InBand says the leader is known to check a fetch's LastFetchedEpoch (the
+// consumer has seen it answer a Fetch at v12 or above); false when it is
+// not known to. It matters only with Config.InBandValidation, where a
+// leader change is then validated by the next fetch rather than by
+// OffsetForLeaderEpoch first. A report naming the leader the partition
+// already has updates what it knows of it.
 type LeaderChanged struct {
 	Leader  int32
 	Epoch   int32
 	TopicID TopicID
+	InBand  bool
+}
+
+// BrokerInBand is what the consumer learned about a broker: whether it is
+// known to check a fetch's LastFetchedEpoch (InBand, see
+// LeaderChanged.InBand). It changes what the partition knows of its leader
+// when Broker is its leader, and nothing else. The consumer steps it before
+// a start or a seek, so that the check is made in band when it can be
+// (Config.InBandValidation).
+type BrokerInBand struct {
+	Broker int32
+	InBand bool
 }
 
 // BatchFetched is one record batch of the Fetch answer Req, in log order:
@@ -61,30 +80,45 @@ type LeaderChanged struct {
 // to Last+1 with the batch's epoch. A batch entirely below the position is
 // skipped. Stepping an accepted batch returns no actions and does not
 // allocate.
+//
+// Checked says the broker checked the fetch's LastFetchedEpoch before
+// reading: it answered at Fetch v12 or above, and it is the leader the
+// fetch named and read the partition itself (a Kafka leader that names a
+// preferred read replica reads nothing and checks nothing). It matters
+// only for a fetch that validates the position (FetchRequest.Validates):
+// its batches are accepted only if Checked; otherwise the position is
+// validated with OffsetForLeaderEpoch first and the answer is dropped.
 type BatchFetched struct {
-	Req   RequestID
-	Base  int64
-	Last  int64
-	Epoch int32
+	Req     RequestID
+	Base    int64
+	Last    int64
+	Epoch   int32
+	Checked bool
 }
 
 // FetchCompleted ends the partition's part of the Fetch answer Req (after its
 // batches, if any). The consumer steps it for every partition the Fetch
 // asked for, including partitions an incremental fetch session left out of
-// the answer. The next Fetch action follows.
+// the answer. The next Fetch action follows. Checked is as for
+// BatchFetched: an answer to a fetch that validates the position proves it
+// only if Checked (an empty answer the broker checked found no divergence
+// as surely as one with records).
 type FetchCompleted struct {
-	Req RequestID
+	Req     RequestID
+	Checked bool
 }
 
 // FetchFailed is a partition error in the Fetch answer Req. Hint is the
 // KIP-951 CurrentLeader of the answer (Fetch v16+, on NOT_LEADER_OR_FOLLOWER
 // and FENCED_LEADER_EPOCH), nil if the answer had none (kmsg's -1/-1); it is
 // used only if it names a broker and a strictly newer epoch. (A pointer, so
-// that a zero FetchFailed does not name broker 0 in epoch 0.)
+// that a zero FetchFailed does not name broker 0 in epoch 0.) HintInBand is
+// LeaderChanged.InBand for the hinted leader.
 type FetchFailed struct {
-	Req  RequestID
-	Code Code
-	Hint *Leader
+	Req        RequestID
+	Code       Code
+	Hint       *Leader
+	HintInBand bool
 }
 
 // DivergingEpoch is a Fetch v12+ answer Req whose partition carried a
@@ -139,6 +173,7 @@ func (Assigned) event()       {}
 func (Revoked) event()        {}
 func (Seek) event()           {}
 func (LeaderChanged) event()  {}
+func (BrokerInBand) event()   {}
 func (BatchFetched) event()   {}
 func (FetchCompleted) event() {}
 func (FetchFailed) event()    {}

@@ -8,6 +8,17 @@ func (p *Partition) onBatch(e BatchFetched) {
 	if !p.answers(e.Req, ActFetch) || e.Last < p.pos.Offset {
 		return
 	}
+	if p.fetchValidates() {
+		// The fetch is the position's validation: its first batch that
+		// reaches the position is accepted only if the broker checked
+		// LastFetchedEpoch; otherwise nothing of it is, and the leader
+		// is asked.
+		if !e.Checked {
+			p.validate(purposeValidate)
+			return
+		}
+		p.checkedInBand()
+	}
 	if e.Epoch >= 0 && e.Epoch < p.pos.Epoch && p.regressAt != p.pos.Offset {
 		// Epochs never go down along a log: the leader's log after our
 		// position is not the one we consumed from. Check before
@@ -33,7 +44,7 @@ func (p *Partition) onFetchFailed(e FetchFailed) {
 	if h := e.Hint; h != nil && h.ID >= 0 && h.Epoch > p.leader.Epoch {
 		// KIP-951: the answer names a newer leader; no need to wait for
 		// metadata.
-		p.onLeader(LeaderChanged{Leader: h.ID, Epoch: h.Epoch})
+		p.onLeader(LeaderChanged{Leader: h.ID, Epoch: h.Epoch, InBand: e.HintInBand})
 		if p.inflight != 0 || p.state != StateFetching {
 			return
 		}

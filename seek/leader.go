@@ -23,6 +23,7 @@ func (p *Partition) onLeader(e LeaderChanged) {
 			return
 		}
 		p.leader = Leader{ID: e.Leader, Epoch: NoEpoch}
+		p.leaderInBand = e.InBand
 		p.leaderMoved()
 		return
 	}
@@ -33,6 +34,7 @@ func (p *Partition) onLeader(e LeaderChanged) {
 				// Newer than the leader we know, older than an epoch
 				// a commit or seek told us of: adopt it, still wait.
 				p.leader = Leader{ID: e.Leader, Epoch: e.Epoch}
+				p.leaderInBand = e.InBand
 				p.leaderMoved()
 			}
 			return
@@ -42,6 +44,7 @@ func (p *Partition) onLeader(e LeaderChanged) {
 		p.behind = 0
 		if e.Epoch == p.leader.Epoch && e.Leader == p.leader.ID {
 			// Already adopted while waiting: stop waiting.
+			p.leaderInBand = e.InBand
 			if p.inflight == 0 {
 				p.send()
 			}
@@ -50,9 +53,11 @@ func (p *Partition) onLeader(e LeaderChanged) {
 	}
 	p.behind = 0
 	if e.Epoch == p.leader.Epoch && e.Leader == p.leader.ID {
+		p.leaderInBand = e.InBand // what the consumer knows of it now
 		return
 	}
 	p.leader = Leader{ID: e.Leader, Epoch: e.Epoch}
+	p.leaderInBand = e.InBand
 	p.raiseSeen(e.Epoch)
 	p.leaderMoved()
 }
@@ -64,10 +69,12 @@ func (p *Partition) leaderMoved() {
 	case StateFetching:
 		if p.pos.HasEpoch() && p.leader.Epoch >= 0 && p.leader.ID >= 0 {
 			// A new leader may have a different log: check before
-			// fetching from it (Kafka's maybeValidatePosition). In-band
-			// DivergingEpoch would catch it too, but not every
-			// Kafka-compatible broker implements it.
-			p.validate(purposeValidate)
+			// accepting anything from it (Kafka's
+			// maybeValidatePosition). In-band DivergingEpoch would
+			// catch it too, but not every Kafka-compatible broker
+			// implements it: only with InBandValidation, and a
+			// leader known to check, is the first fetch the check.
+			p.validate(p.checkPurpose())
 			return
 		}
 		p.send()
@@ -78,6 +85,9 @@ func (p *Partition) leaderMoved() {
 			p.narrowing = false
 			p.check = p.pos
 		}
+		// (A validation by fetch is sent to the new leader if it too is
+		// known to check LastFetchedEpoch, else becomes an
+		// OffsetForLeaderEpoch: send decides.)
 		p.send()
 	case StateAwaitingReset:
 		if p.lpurpose == purposeClassify && p.pos.HasEpoch() && p.leader.Epoch >= 0 {
@@ -95,6 +105,7 @@ func (p *Partition) leaderMoved() {
 func (p *Partition) recreated(e LeaderChanged) {
 	p.topicID = e.TopicID
 	p.leader = Leader{ID: e.Leader, Epoch: e.Epoch}
+	p.leaderInBand = e.InBand
 	p.lastSeen = e.Epoch // epochs restart with the new topic
 	p.behind = 0
 	classifying := p.state == StateAwaitingReset && p.lpurpose == purposeClassify

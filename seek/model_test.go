@@ -46,6 +46,16 @@ import (
 //   - at the end, with faults stopped, the consumer catches up to the log
 //     end with nothing unreported (liveness).
 //
+// Every seed runs twice: validating first (the default), and with
+// Config.InBandValidation, where a leader change or an epoch-bearing start
+// is checked by the first fetch. In that mode what the consumer knows of
+// the brokers is sometimes wrong (a v12 broker not known yet, a broker
+// believed v12 that answers below it, as after a downgrade), and a leader
+// now and then answers a fetch the way a Kafka leader that names a
+// preferred read replica does (empty, nothing checked), so the answers
+// that prove nothing are exercised; the same invariants hold, and every
+// validating fetch carries the position as Offset and LastFetchedEpoch.
+//
 // SEEK_MODEL_SEEDS=n runs n seeds instead of 16 (a longer soak).
 func TestModel(t *testing.T) {
 	seeds := uint64(16)
@@ -56,9 +66,19 @@ func TestModel(t *testing.T) {
 		}
 		seeds = n
 	}
+	for _, inBand := range []bool{false, true} {
+		name := "validate-first"
+		if inBand {
+			name = "in-band"
+		}
+		t.Run(name, func(t *testing.T) { runModel(t, seeds, inBand) })
+	}
+}
+
+func runModel(t *testing.T, seeds uint64, inBand bool) {
 	var total modelStats
 	for seed := uint64(1); seed <= seeds; seed++ {
-		h := newHarness(t, seed)
+		h := newHarness(t, seed, inBand)
 		h.run(4000)
 		h.quiesce()
 		total.add(h.stats)
@@ -67,8 +87,17 @@ func TestModel(t *testing.T) {
 		}
 	}
 	t.Logf("model: %+v", total)
+	if !inBand && total.inBandChecked+total.inBandUnchecked+total.inBandDiverging > 0 {
+		t.Errorf("validating fetches without InBandValidation: %+v", total)
+	}
 	// The run must have exercised what it claims to check.
 	switch {
+	case inBand && total.inBandChecked < 100:
+		t.Errorf("only %d positions validated by a checked fetch", total.inBandChecked)
+	case inBand && total.inBandUnchecked < 20:
+		t.Errorf("only %d unchecked answers to a validating fetch", total.inBandUnchecked)
+	case inBand && total.inBandDiverging < 20:
+		t.Errorf("only %d DivergingEpoch answers to a validating fetch", total.inBandDiverging)
 	case total.delivered < 5000:
 		t.Errorf("only %d records delivered", total.delivered)
 	case total.exact < 50:
@@ -99,6 +128,10 @@ type modelStats struct {
 	diverging, stale, restarts       int
 	halts, pastEnd, underReported    int
 	deletions, belowStart            int
+	// Answers to a fetch that validates the position (InBandValidation):
+	// checked (the position proven), unchecked (validated first instead),
+	// DivergingEpoch.
+	inBandChecked, inBandUnchecked, inBandDiverging int
 }
 
 func (s *modelStats) add(o modelStats) {
@@ -117,6 +150,9 @@ func (s *modelStats) add(o modelStats) {
 	s.underReported += o.underReported
 	s.deletions += o.deletions
 	s.belowStart += o.belowStart
+	s.inBandChecked += o.inBandChecked
+	s.inBandUnchecked += o.inBandUnchecked
+	s.inBandDiverging += o.inBandDiverging
 }
 
 // rec is one record: its leader epoch and an identity unique in the run
@@ -216,6 +252,12 @@ type harness struct {
 
 	nextRec, nextBatch uint64
 
+	// InBandValidation: krng draws what the consumer knows of the
+	// brokers and the leaders' redirects (its own stream, so that the
+	// validate-first runs are the model's runs without the option).
+	inBand bool
+	krng   *rand.Rand
+
 	ids      RequestIDs
 	cfg      Config
 	p        *Partition
@@ -237,11 +279,13 @@ type harness struct {
 	stats modelStats
 }
 
-func newHarness(t *testing.T, seed uint64) *harness {
+func newHarness(t *testing.T, seed uint64, inBand bool) *harness {
 	h := &harness{
 		t:       t,
 		seed:    seed,
 		rng:     rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15)),
+		inBand:  inBand,
+		krng:    rand.New(rand.NewPCG(seed^0x5bd1e995, seed+1)),
 		v12:     seed%2 == 0,
 		seen:    map[uint64]int64{},
 		goneIDs: map[uint64]bool{},
@@ -254,6 +298,7 @@ func newHarness(t *testing.T, seed uint64) *harness {
 	h.cfg = DefaultConfig()
 	h.cfg.IDs = &h.ids
 	h.cfg.LineageSize = 64
+	h.cfg.InBandValidation = inBand
 	if seed%4 == 3 {
 		h.cfg.LineageSize = 3 // forgets old epochs: bounds instead of exact answers
 	}
@@ -295,7 +340,35 @@ func (h *harness) newConsumer(s Start) {
 		h.t.Fatal(err)
 	}
 	h.step(h.leaderChanged(Leader{ID: int32(h.lead + 1), Epoch: h.epoch}))
-	h.step(Assigned{Start: s})
+	h.start(Assigned{Start: s})
+}
+
+// start steps a start or a seek, after what the consumer knows of the
+// partition's leader (BrokerInBand), as the consumer does.
+func (h *harness) start(ev Event) {
+	if h.inBand {
+		// (Not h.step: a halted partition waits for ev.)
+		k := BrokerInBand{Broker: h.p.Leader().ID, InBand: h.knowsInBand()}
+		h.tracef("%T%+v", k, k)
+		if acts := h.p.Step(k); len(acts) > 0 {
+			h.fail("BrokerInBand caused %v", acts)
+		}
+	}
+	h.step(ev)
+}
+
+// knowsInBand is what the consumer believes of a broker: that it checks
+// LastFetchedEpoch. Usually right (the brokers answer v12+ or not), but a
+// v12 broker may not be known yet and a broker below v12 may be believed
+// v12 (it was downgraded).
+func (h *harness) knowsInBand() bool {
+	if !h.inBand {
+		return false
+	}
+	if h.v12 {
+		return h.krng.IntN(4) != 0
+	}
+	return h.krng.IntN(4) == 0
 }
 
 // leaderChanged is what metadata says about l.
@@ -303,7 +376,7 @@ func (h *harness) leaderChanged(l Leader) LeaderChanged {
 	if h.legacy {
 		l.Epoch = NoEpoch
 	}
-	return LeaderChanged{Leader: l.ID, Epoch: l.Epoch}
+	return LeaderChanged{Leader: l.ID, Epoch: l.Epoch, InBand: h.knowsInBand()}
 }
 
 func (h *harness) run(steps int) {
@@ -567,10 +640,35 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 		if code != CodeNetworkException && !h.legacy && h.rng.IntN(2) == 0 {
 			hint = &Leader{ID: int32(h.lead + 1), Epoch: h.epoch}
 		}
-		h.step(FetchFailed{Req: f.Req, Code: code, Hint: hint})
+		e := FetchFailed{Req: f.Req, Code: code, Hint: hint}
+		if hint != nil {
+			e.HintInBand = h.knowsInBand()
+		}
+		h.step(e)
+		return
+	}
+	validates := f.Validates && h.current(Action{Kind: ActFetch, Fetch: f})
+	if h.inBand && h.krng.IntN(20) == 0 {
+		// The leader names a preferred read replica: it reads nothing,
+		// so it checks nothing (the consumer steps the empty answer as
+		// unchecked).
+		if validates {
+			h.stats.inBandUnchecked++
+		}
+		h.step(FetchCompleted{Req: f.Req})
 		return
 	}
 	l := h.leader()
+	// The consumer marks the answer checked when the broker answered at
+	// v12+ (a leader, here, that read the partition).
+	checked := h.v12
+	if validates && f.Offset >= l.logStart && f.Offset <= l.leo() {
+		if checked {
+			h.stats.inBandChecked++
+		} else {
+			h.stats.inBandUnchecked++
+		}
+	}
 	if h.v12 && f.LastFetchedEpoch >= 0 {
 		eo := l.endOffsetFor(f.LastFetchedEpoch)
 		if eo.Undefined() || f.Offset < l.logStart {
@@ -580,6 +678,9 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 		if eo.Epoch < f.LastFetchedEpoch || eo.EndOffset < f.Offset {
 			if h.current(Action{Kind: ActFetch, Fetch: f}) {
 				h.stats.diverging++
+			}
+			if validates {
+				h.stats.inBandDiverging++
 			}
 			h.step(DivergingEpoch{Req: f.Req, End: eo})
 			return
@@ -601,10 +702,10 @@ func (h *harness) answerFetch(f FetchRequest, lost bool) {
 		for end < l.leo() && l.log[end].batch == l.log[start].batch {
 			end++
 		}
-		h.stepBatch(BatchFetched{Req: f.Req, Base: start, Last: end - 1, Epoch: l.log[start].epoch}, l.log[start:end])
+		h.stepBatch(BatchFetched{Req: f.Req, Base: start, Last: end - 1, Epoch: l.log[start].epoch, Checked: checked}, l.log[start:end])
 		start = end
 	}
-	h.step(FetchCompleted{Req: f.Req})
+	h.step(FetchCompleted{Req: f.Req, Checked: checked})
 }
 
 // ---------------------------------------------------------------------------
@@ -619,7 +720,7 @@ func (h *harness) tracef(format string, args ...any) {
 
 func (h *harness) stepBatch(b BatchFetched, recs []rec) {
 	before := h.p.pos
-	accepted := h.p.state == StateFetching && b.Req == h.p.inflight && b.Last >= before.Offset
+	accepted := h.p.infKind == ActFetch && b.Req == h.p.inflight && b.Last >= before.Offset
 	h.step(b)
 	if !accepted || h.p.state != StateFetching || h.p.pos.Offset != b.Last+1 {
 		return // ignored, or held back for validation
@@ -655,6 +756,17 @@ func (h *harness) step(ev Event) {
 		h.tracef("  -> %v", a)
 		switch a.Kind {
 		case ActFetch, ActValidate, ActListOffsets:
+			if a.Kind == ActFetch && a.Fetch.Validates {
+				// The fetch is the check of the position: it must carry
+				// it, to the leader the machine knows, only with the
+				// option, and only while validation is pending.
+				f, pos := a.Fetch, h.p.pos
+				if !h.inBand || !pos.HasEpoch() || f.Offset != pos.Offset || f.LastFetchedEpoch != pos.Epoch ||
+					f.Leader != h.p.leader.ID || f.CurrentLeaderEpoch != h.p.leader.Epoch || f.CurrentLeaderEpoch < 0 ||
+					h.p.state != StateAwaitingValidation || h.p.paused {
+					h.fail("validating fetch %v for position %v, leader %v, state %v", a, pos, h.p.leader, h.p.state)
+				}
+			}
 			h.pending = append(h.pending, a)
 		case ActRefreshMetadata:
 			h.meta = true
@@ -683,7 +795,7 @@ func (h *harness) step(ev Event) {
 	for len(h.todo) > 0 {
 		ev := h.todo[0]
 		h.todo = h.todo[1:]
-		h.step(ev)
+		h.start(ev)
 	}
 }
 

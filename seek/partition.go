@@ -21,7 +21,10 @@ const (
 	// checked against the leader (after an epoch-bearing seek or commit, a
 	// leader change, a DivergingEpoch, an epoch regression, an
 	// OFFSET_OUT_OF_RANGE), or a SeekToNearest is being resolved, or a
-	// divergence is being narrowed down. Nothing is fetched.
+	// divergence is being narrowed down. Nothing is fetched, except, with
+	// Config.InBandValidation, the one fetch whose answer is the check
+	// (FetchRequest.Validates): none of its records is accepted before
+	// the answer proved the position.
 	StateAwaitingValidation
 	// StateFetching: the position is valid; Fetch actions flow.
 	StateFetching
@@ -61,6 +64,22 @@ type Config struct {
 	// IDs is the request id source, shared by all partitions of a consumer.
 	// Nil gives the partition its own.
 	IDs *RequestIDs
+	// InBandValidation lets the fetch itself validate a position where it
+	// can (off by default: every check is an OffsetForLeaderEpoch first).
+	// After a leader or leader-epoch change, an AtEpoch seek or start, or
+	// an AtHistory start, the position is checked by a Fetch to the
+	// leader carrying LastFetchedEpoch (FetchRequest.Validates) instead
+	// of an OffsetForLeaderEpoch round trip, when the leader is known to
+	// check it (LeaderChanged.InBand, BrokerInBand) and the partition is
+	// not paused. The answer is the validation: a DivergingEpoch is judged
+	// exactly as an OffsetForLeaderEpoch answer is, and an answer the
+	// broker checked (BatchFetched.Checked, FetchCompleted.Checked) proves
+	// the position; an answer it did not check is no proof, and the
+	// position is validated with OffsetForLeaderEpoch before anything of
+	// it is accepted. Only for brokers that implement the check (Apache
+	// Kafka 2.7+, Fetch v12+): a broker that answers v12 and ignores
+	// LastFetchedEpoch would let a truncation go unreported.
+	InBandValidation bool
 }
 
 // DefaultConfig returns the defaults: PolicyEarliest (a located divergence
@@ -94,6 +113,7 @@ const (
 	purposeValidate // check the position (seek/commit epoch, leader change, regression)
 	purposeNearest  // resolve a SeekToNearest
 	purposeRange    // an OFFSET_OUT_OF_RANGE with an epoch: rule out divergence first
+	purposeFetch    // check the position by the next fetch's LastFetchedEpoch (InBandValidation)
 	// listings
 	purposeStart    // a start given as earliest/latest/timestamp
 	purposeReset    // a reset by policy
@@ -116,6 +136,10 @@ type Partition struct {
 	behind   int   // metadata reports in a row older than lastSeen
 	paused   bool
 	lineage  Lineage
+	// leaderInBand: the leader is known to check a fetch's
+	// LastFetchedEpoch (from the LeaderChanged, hint or BrokerInBand that
+	// last spoke of it).
+	leaderInBand bool
 
 	// The one request in flight (0: none), and the countdown to sending
 	// the current request again (0: none scheduled).
@@ -212,6 +236,16 @@ func (p *Partition) Step(ev Event) []Action {
 	case FetchCompleted:
 		if p.answers(e.Req, ActFetch) {
 			p.inflight = 0
+			if p.fetchValidates() {
+				if !e.Checked {
+					// The broker did not check LastFetchedEpoch
+					// (below v12, or a leader that named a replica
+					// and read nothing): no proof. Ask the leader.
+					p.validate(purposeValidate)
+					break
+				}
+				p.checkedInBand()
+			}
 			p.send()
 		}
 	case FetchFailed:
@@ -224,6 +258,10 @@ func (p *Partition) Step(ev Event) []Action {
 		p.onListed(e)
 	case LeaderChanged:
 		p.onLeader(e)
+	case BrokerInBand:
+		if e.Broker >= 0 && e.Broker == p.leader.ID {
+			p.leaderInBand = e.InBand
+		}
 	case Assigned:
 		p.seekTo(e.Start, false)
 	case Seek:
@@ -239,6 +277,13 @@ func (p *Partition) Step(ev Event) []Action {
 		}
 	case Paused:
 		p.paused = e.Paused
+		if p.paused && p.fetchValidates() {
+			// Validation goes on while paused, and no fetch is sent:
+			// check the position with OffsetForLeaderEpoch (the fetch
+			// in flight, if any, is superseded).
+			p.vpurpose = purposeValidate
+			p.send()
+		}
 		if !p.paused && p.state == StateFetching && p.inflight == 0 && p.backoff == 0 {
 			p.send()
 		}
@@ -282,6 +327,9 @@ func (p *Partition) String() string {
 	}
 	b.WriteString(" leader=")
 	b.WriteString(p.leader.String())
+	if p.leaderInBand {
+		b.WriteString(" leader-in-band")
+	}
 	if p.lastSeen > p.leader.Epoch {
 		b.WriteString(" seen=")
 		b.WriteString(epochString(p.lastSeen))
@@ -293,6 +341,9 @@ func (p *Partition) String() string {
 		b.WriteString(p.infKind.String())
 		b.WriteString("#")
 		b.WriteString(strconv.FormatUint(uint64(p.inflight), 10))
+	}
+	if p.fetchValidates() {
+		b.WriteString(" validating=fetch")
 	}
 	if p.backoff > 0 {
 		b.WriteString(" backoff=")

@@ -31,8 +31,10 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 		p.raiseSeen(s.Epoch)
 		p.pos = Position{Offset: s.Offset, Epoch: s.Epoch}
 		p.lineage.root(p.pos)
-		pur := purposeValidate
+		pur := p.checkPurpose()
 		if s.Kind == StartNearest {
+			// Resolving needs the leader's answer about the epoch
+			// itself, which only OffsetForLeaderEpoch gives.
 			pur = purposeNearest
 		}
 		p.validate(pur)
@@ -61,7 +63,7 @@ func (p *Partition) seekTo(s Start, isSeek bool) {
 				p.topicID = id
 			}
 			p.raiseSeen(s.Epoch)
-			p.validate(purposeValidate)
+			p.validate(p.checkPurpose())
 		}
 	case StartEarliest:
 		p.startList(ListEarliest, 0, purposeStart)
@@ -88,6 +90,34 @@ func (p *Partition) validate(pur purpose) {
 	p.check = p.pos
 	p.narrowing = false
 	p.send()
+}
+
+// checkPurpose is how a position whose lineage may have changed (a leader
+// or leader-epoch change, an AtEpoch or AtHistory start) is checked: by
+// the next fetch with Config.InBandValidation (send falls back to
+// OffsetForLeaderEpoch when that fetch cannot make the check), else by
+// OffsetForLeaderEpoch first.
+func (p *Partition) checkPurpose() purpose {
+	if p.cfg.InBandValidation {
+		return purposeFetch
+	}
+	return purposeValidate
+}
+
+// fetchValidates reports whether the fetch the partition sends (or has in
+// flight) is the position's validation.
+func (p *Partition) fetchValidates() bool {
+	return p.state == StateAwaitingValidation && p.vpurpose == purposeFetch
+}
+
+// checkedInBand ends a validation by a fetch whose answer the broker
+// checked: it found the position's epoch ending at or after the position
+// in its log (Kafka's Partition.readRecords answers DivergingEpoch
+// otherwise), the same proof as an OffsetForLeaderEpoch answer compare
+// finds consistent. The fetch goes on.
+func (p *Partition) checkedInBand() {
+	p.state = StateFetching
+	p.vpurpose = purposeNone
 }
 
 // raiseSeen records an epoch learned from any source.

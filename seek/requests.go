@@ -24,23 +24,24 @@ func (p *Partition) send() {
 	}
 	switch p.state {
 	case StateFetching:
-		p.emit(ActFetch)
-		p.acts[len(p.acts)-1].Fetch = FetchRequest{
-			Req:                p.inflight,
-			Leader:             p.leader.ID,
-			Offset:             p.pos.Offset,
-			CurrentLeaderEpoch: p.leader.Epoch,
-			LastFetchedEpoch:   p.pos.Epoch,
-		}
-		if p.noLastEpochAt == p.pos.Offset {
-			p.acts[len(p.acts)-1].Fetch.LastFetchedEpoch = NoEpoch
-		}
+		p.emitFetch(false)
 	case StateAwaitingValidation:
 		if p.leader.Epoch < 0 {
 			// Metadata without epochs: nothing to validate against
 			// (Kafka's validatePosition needs both epochs).
 			p.skipValidation()
 			return
+		}
+		if p.vpurpose == purposeFetch {
+			if p.canFetchValidate() {
+				p.emitFetch(true)
+				return
+			}
+			// The fetch cannot carry the check (the leader is not
+			// known to make it, the fetch would carry no
+			// LastFetchedEpoch, the partition is paused): validate
+			// first, as without InBandValidation.
+			p.vpurpose = purposeValidate
 		}
 		p.emit(ActValidate)
 		p.acts[len(p.acts)-1].Validate = ValidateRequest{
@@ -59,6 +60,34 @@ func (p *Partition) send() {
 			CurrentLeaderEpoch: p.leader.Epoch,
 		}
 	}
+}
+
+// emitFetch emits the Fetch of the position from the leader; validates
+// marks the fetch whose answer is the position's validation.
+func (p *Partition) emitFetch(validates bool) {
+	p.emit(ActFetch)
+	f := &p.acts[len(p.acts)-1].Fetch
+	*f = FetchRequest{
+		Req:                p.inflight,
+		Leader:             p.leader.ID,
+		Offset:             p.pos.Offset,
+		CurrentLeaderEpoch: p.leader.Epoch,
+		LastFetchedEpoch:   p.pos.Epoch,
+		Validates:          validates,
+	}
+	if p.noLastEpochAt == p.pos.Offset {
+		f.LastFetchedEpoch = NoEpoch
+	}
+}
+
+// canFetchValidate reports whether a fetch can validate the position being
+// checked (purposeFetch): the leader is known to check LastFetchedEpoch, the
+// fetch would carry the position's epoch as LastFetchedEpoch and is checked
+// at the position's offset, and the partition is not paused (no fetch would
+// be sent).
+func (p *Partition) canFetchValidate() bool {
+	return p.leaderInBand && !p.paused && !p.narrowing && p.check == p.pos &&
+		p.pos.HasEpoch() && p.noLastEpochAt != p.pos.Offset
 }
 
 // emit appends a request action of kind k with a fresh id, which becomes the
