@@ -751,6 +751,7 @@ func (h *harness) step(ev Event) {
 	h.tracef("%T%+v", ev, ev)
 	before := h.p.pos
 	wasReset := h.p.state == StateAwaitingReset
+	wasValidating := h.p.state == StateAwaitingValidation
 	acts := slices.Clone(h.p.Step(ev))
 	for _, a := range acts {
 		h.tracef("  -> %v", a)
@@ -785,6 +786,21 @@ func (h *harness) step(ev Event) {
 	}
 	if wasReset && h.p.state == StateFetching && h.p.pos.Offset != before.Offset {
 		h.resetView(h.p.pos.Offset, true) // a start or reset position arrived
+	}
+	switch ev.(type) {
+	case BatchFetched, FetchCompleted, EpochEndOffset, DivergingEpoch:
+		// A validation that the leader's answer passed without a report,
+		// by an OffsetForLeaderEpoch or by the fetch itself, proves
+		// that nothing delivered is gone: the leader's record before
+		// the position is the one delivered, and so is every record
+		// before it (a SeekToNearest resolution restarted the view
+		// where it landed).
+		if wasValidating && h.p.state == StateFetching && h.p.leader.Epoch >= 0 &&
+			!slices.ContainsFunc(acts, func(a Action) bool { return a.Kind == ActReport }) {
+			if g := h.firstGone(); g >= 0 {
+				h.fail("%T validated position %v while delivered record %d is gone", ev, h.p.pos, g)
+			}
+		}
 	}
 	if h.p.narrowing {
 		h.narrowed = true
