@@ -55,6 +55,9 @@ type Consumer struct {
 	rounds   uint64        // metadata round trips last seen by the ticker
 	dec      *compress.Decompressor
 
+	// fetchVersions is the Fetch version each broker last answered
+	// (ValidateInBand: v12 and above check LastFetchedEpoch).
+	fetchVersions map[int32]int16
 	// bufferFull is set when a fetch loop waits for buffer space.
 	bufferFull bool
 	// peakBuffered is the most buffered ever was (for tests).
@@ -96,6 +99,7 @@ func New(opts ...Opt) (*Consumer, error) {
 	c.parts = map[TopicPartition]*part{}
 	c.watching = map[string]func(){}
 	c.fetchers = map[int32]*fetcher{}
+	c.fetchVersions = map[int32]int16{}
 	c.wake = make(chan struct{})
 	c.closeDone = make(chan struct{})
 	c.offsets = newOffsetRequests(c)
@@ -232,7 +236,7 @@ func (c *Consumer) startPartLocked(tp TopicPartition, start Start) error {
 		}
 		c.parts[tp] = p
 		if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
-			c.stepLocked(p, leaderChanged(mp))
+			c.stepLocked(p, c.leaderChangedLocked(mp))
 		}
 	}
 	c.repositionLocked(p)
@@ -266,8 +270,16 @@ func validStart(s Start) error {
 	return nil
 }
 
-func leaderChanged(mp metadata.Partition) seek.LeaderChanged {
-	return seek.LeaderChanged{Leader: mp.Leader, Epoch: mp.LeaderEpoch, TopicID: seek.TopicID(mp.TopicID)}
+func (c *Consumer) leaderChangedLocked(mp metadata.Partition) seek.LeaderChanged {
+	return seek.LeaderChanged{Leader: mp.Leader, Epoch: mp.LeaderEpoch, TopicID: seek.TopicID(mp.TopicID), InBand: c.inBandLocked(mp.Leader)}
+}
+
+// inBandLocked reports whether broker id is known to check a fetch's
+// LastFetchedEpoch: its last Fetch answer to this consumer was v12 or
+// above.
+func (c *Consumer) inBandLocked(id int32) bool {
+	v, ok := c.fetchVersions[id]
+	return ok && v >= 12
 }
 
 // Assigned returns the assigned partitions.
@@ -559,7 +571,7 @@ func (c *Consumer) tickLoop() {
 		for _, p := range c.parts {
 			if fresh && p.m.State() != seek.StateFetching {
 				if mp, err := c.meta.Lookup(p.tp.Topic, p.tp.Partition); err == nil || mp.LeaderEpoch >= 0 {
-					c.stepLocked(p, leaderChanged(mp))
+					c.stepLocked(p, c.leaderChangedLocked(mp))
 				}
 			}
 			if fresh || !p.missingSince.IsZero() {
@@ -614,7 +626,8 @@ func (c *Consumer) metadataLoop() {
 			if p == nil {
 				continue
 			}
-			c.stepLocked(p, seek.LeaderChanged{Leader: ev.Leader, Epoch: ev.LeaderEpoch, TopicID: seek.TopicID(ev.TopicID)})
+			c.stepLocked(p, seek.LeaderChanged{Leader: ev.Leader, Epoch: ev.LeaderEpoch, TopicID: seek.TopicID(ev.TopicID),
+				InBand: c.inBandLocked(ev.Leader)})
 		}
 		c.mu.Unlock()
 	}

@@ -90,6 +90,19 @@ type inflight struct {
 	// and its epoch: the fetch went to a replica when the fetch loop is
 	// another broker's.
 	leader, epoch int32
+	// lastFetchedEpoch is the fetch's LastFetchedEpoch: a broker can have
+	// checked it only if it was sent.
+	lastFetchedEpoch int32
+}
+
+// checked reports whether the broker that answered the fetch in (broker
+// from, at Fetch version, naming read replica named or none) checked its
+// LastFetchedEpoch (seek.BatchFetched.Checked): it was sent, the version
+// carries it (v12+), and the leader the fetch named answered itself and
+// read the partition (a Kafka leader that names a preferred read replica
+// reads nothing; a replica's own log is not the leader's).
+func (in inflight) checked(from int32, version int16, named int32) bool {
+	return in.lastFetchedEpoch >= 0 && version >= 12 && from == in.leader && named < 0
 }
 
 // routeLocked returns the broker p's fetches go to now: the replica its
@@ -103,6 +116,11 @@ func (c *Consumer) routeLocked(p *part, now time.Time) int32 {
 		leader = p.fetch.Leader
 	}
 	if p.replica.id < 0 {
+		return leader
+	}
+	if p.fetch != nil && p.fetch.Validates {
+		// The fetch is the position's validation: the leader's to
+		// answer. Its answer decides the replica (afterReply).
 		return leader
 	}
 	if p.replica.stands(l.ID, l.Epoch, now, c.replicaUsableLocked(p.tp, p.replica.id)) {
@@ -210,7 +228,8 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		}
 		p.sent = true
 		p.flying = f
-		parts[tp] = inflight{p: p, req: p.fetch.Req, leader: p.fetch.Leader, epoch: p.fetch.CurrentLeaderEpoch}
+		parts[tp] = inflight{p: p, req: p.fetch.Req, leader: p.fetch.Leader, epoch: p.fetch.CurrentLeaderEpoch,
+			lastFetchedEpoch: p.fetch.LastFetchedEpoch}
 		want[tp] = fetchParams{
 			topicID: p.topicID, offset: p.fetch.Offset, currentLeaderEpoch: p.fetch.CurrentLeaderEpoch,
 			lastFetchedEpoch: p.fetch.LastFetchedEpoch, maxBytes: c.cfg.partMaxBytes,
@@ -300,9 +319,9 @@ func (c *Consumer) dropPausedLocked() bool {
 		if !p.paused || p.buf == nil {
 			continue
 		}
-		req := p.buf.req
+		req, checked := p.buf.req, p.buf.checked
 		c.dropBufferLocked(p)
-		c.stepLocked(p, seek.FetchCompleted{Req: req})
+		c.stepLocked(p, seek.FetchCompleted{Req: req, Checked: checked})
 		freed = true
 	}
 	return freed
@@ -354,6 +373,10 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil {
+		// The version this broker answers Fetch at (ValidateInBand).
+		c.fetchVersions[f.id] = resp.Version
+	}
 	f.cancel()
 	canceled := f.canceled
 	f.cancel, f.canceled, f.ctx = nil, false, nil
@@ -420,12 +443,16 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		}
 	}
 	// Partitions the answer left out (an incremental session omits those
-	// with nothing new): the fetch is over for them.
+	// with nothing new): the fetch is over for them. The broker read them
+	// (with the parameters they were last named with, which are the
+	// fetch's: changed ones are named), and a Kafka leader leaves out
+	// no partition for which it named a read replica or found a
+	// DivergingEpoch.
 	for _, in := range parts {
 		if in.p.fetch != nil && in.p.fetch.Req == in.req {
 			in.p.fetch = nil
 		}
-		c.stepLocked(in.p, seek.FetchCompleted{Req: in.req})
+		c.stepLocked(in.p, seek.FetchCompleted{Req: in.req, Checked: in.checked(f.id, resp.Version, seek.NoBroker)})
 	}
 }
 
@@ -462,8 +489,9 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		c.stepLocked(p, seek.DivergingEpoch{Req: in.req, End: seek.EpochEnd{Epoch: rp.DivergingEpoch.Epoch, EndOffset: rp.DivergingEpoch.EndOffset}})
 		return
 	}
+	checked := in.checked(f.id, version, a.named)
 	if len(rp.RecordBatches) == 0 {
-		c.stepLocked(p, seek.FetchCompleted{Req: in.req})
+		c.stepLocked(p, seek.FetchCompleted{Req: in.req, Checked: checked})
 		return
 	}
 	if !p.m.AwaitsFetch(in.req) {
@@ -473,7 +501,7 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 		return
 	}
 	c.dropBufferLocked(p)
-	p.buf = &fetched{req: in.req, from: f.id, size: len(rp.RecordBatches), d: d}
+	p.buf = &fetched{req: in.req, from: f.id, size: len(rp.RecordBatches), d: d, checked: checked}
 	c.buffered += p.buf.size
 	c.peakBuffered = max(c.peakBuffered, c.buffered)
 	c.ready = append(c.ready, p)
@@ -499,5 +527,9 @@ func (f *fetcher) settleLocked(in inflight, a fetchReply, hint *seek.Leader) {
 		f.c.stepLocked(p, seek.FetchCompleted{Req: in.req})
 		return
 	}
-	f.c.stepLocked(p, seek.FetchFailed{Req: in.req, Code: a.code, Hint: hint})
+	ev := seek.FetchFailed{Req: in.req, Code: a.code, Hint: hint}
+	if hint != nil {
+		ev.HintInBand = f.c.inBandLocked(hint.ID)
+	}
+	f.c.stepLocked(p, ev)
 }

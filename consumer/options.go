@@ -45,6 +45,7 @@ type cfg struct {
 	decompressLimit int
 	decodeParallel  int
 	poisonReleased  bool
+	inBand          bool
 	group           groupCfg
 }
 
@@ -266,6 +267,43 @@ const DefaultMissingPartitionReport = 10 * time.Second
 // whichever refresher the consumer uses (≤ 0: until an error or a leader
 // change).
 func MetadataMaxAge(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metadataMaxAge = d }) }
+
+// ValidateInBand lets a partition's position be validated by the fetch
+// itself, where it can be, instead of an OffsetForLeaderEpoch round trip
+// before fetching (default off: every leader change, and every start or
+// SeekTo with an epoch, is validated first, as Java's client does).
+//
+// With it, a leader or leader-epoch change that metadata (or a KIP-951
+// hint) shows, an AtEpoch start or SeekTo, and an AtHistory start go
+// straight to fetching from the leader, with the new leader epoch as
+// CurrentLeaderEpoch and the position's epoch as LastFetchedEpoch, and the
+// leader's answer is the validation. A Kafka leader checks LastFetchedEpoch
+// against its epoch cache before it reads: a DivergingEpoch is the answer
+// OffsetForLeaderEpoch would have given and is judged the same way (the
+// same report, with the same Replaced range and ReplacedBatches), and an
+// answer without one proves the position, whose records are delivered only
+// then. Nothing of the leader's answer is delivered or committed before
+// it proved the position: until then the partition is awaiting validation,
+// as it would be while OffsetForLeaderEpoch is asked.
+//
+// The position is still validated with OffsetForLeaderEpoch first when the
+// fetch cannot make the check: the leader has not yet answered this
+// consumer a Fetch at v12 or above (the version is learned from each
+// broker's answers), or answered below it; the answer was not checked
+// (below v12, or the leader named a preferred read replica and read
+// nothing: see Rack); the partition is paused (validation goes on while it
+// is, and no fetch is sent); the position has no epoch (nothing to
+// validate, as without the option). SeekToNearest, an OFFSET_OUT_OF_RANGE
+// and narrowing a divergence always ask OffsetForLeaderEpoch. The fetch
+// that validates goes to the leader, not to a replica it named.
+//
+// Only for brokers that implement the LastFetchedEpoch check of Fetch v12
+// (Apache Kafka 2.7 and later): a broker that accepts Fetch v12 and
+// ignores LastFetchedEpoch would let a truncation at a leader change go
+// unreported. kfake is one (and so kepochtest's clusters): with the
+// option, tests on it see a leader change's truncation only as the
+// DivergingEpoch a Fetch control injects.
+func ValidateInBand(on bool) Opt { return optFunc(func(c *cfg) { c.inBand = on }) }
 
 // Rack is the client's rack (Java's client.rack), one setting for what the
 // consumer sends brokers: every Fetch carries it (RackID, Fetch v11+), so a

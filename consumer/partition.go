@@ -173,6 +173,9 @@ type fetched struct {
 	from int32 // the broker that answered
 	size int   // bytes of the answer's record batches
 	d    *decoded
+	// checked: the broker checked the fetch's LastFetchedEpoch
+	// (seek.BatchFetched.Checked).
+	checked bool
 	// next is the first span Poll has yet to deliver (a Poll that reached
 	// MaxPollRecords left the rest for the next), and bufs how many of
 	// d.bufs went with the records delivered so far.
@@ -205,6 +208,7 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 	cfg.LineageSize = c.cfg.lineageSize
 	cfg.MaxEpochWaits = c.cfg.maxEpochWaits
 	cfg.IDs = &c.ids
+	cfg.InBandValidation = c.cfg.inBand
 	m, err := seek.NewPartition(cfg)
 	if err != nil {
 		return nil, err
@@ -271,8 +275,10 @@ func (c *Consumer) stepLocked(p *part, ev seek.Event) {
 	switch e := ev.(type) {
 	case seek.Assigned:
 		p.seedEpochs(e.Start, c.cfg.epochHistory)
+		c.knowLeaderLocked(p)
 	case seek.Seek:
 		p.seedEpochs(e.Start, c.cfg.epochHistory)
+		c.knowLeaderLocked(p)
 	}
 	acts := p.m.Step(ev)
 	if lc, ok := ev.(seek.LeaderChanged); ok && lc.TopicID != (seek.TopicID{}) {
@@ -288,6 +294,18 @@ func (c *Consumer) stepLocked(p *part, ev seek.Event) {
 		pos, _ := p.m.Position()
 		p.endNearest(pos, nil)
 	}
+}
+
+// knowLeaderLocked tells p's machine, before a start or a seek, what the
+// consumer knows now of its leader: whether it checks LastFetchedEpoch
+// (ValidateInBand). The machine learned it with the leader, perhaps before
+// the leader had answered a fetch.
+func (c *Consumer) knowLeaderLocked(p *part) {
+	if !c.cfg.inBand {
+		return
+	}
+	id := p.m.Leader().ID
+	p.m.Step(seek.BrokerInBand{Broker: id, InBand: c.inBandLocked(id)}) // no actions
 }
 
 func (c *Consumer) actLocked(p *part, a seek.Action) {
@@ -589,7 +607,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (do
 		m.bufs = append(m.bufs, d.bufs[b.bufs:sp.bufs]...)
 		b.bufs = sp.bufs
 		before, _ := p.m.Position()
-		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.batch.Base, Last: sp.batch.Last, Epoch: sp.batch.LeaderEpoch})
+		c.stepLocked(p, seek.BatchFetched{Req: b.req, Base: sp.batch.Base, Last: sp.batch.Last, Epoch: sp.batch.LeaderEpoch, Checked: b.checked})
 		after, ok := p.m.Position()
 		if !ok || after.Offset <= before.Offset {
 			if sp.batch.Last < before.Offset {
@@ -629,7 +647,7 @@ func (c *Consumer) deliverLocked(p *part, f *Fetches, mk *toMake, limit int) (do
 		}
 		return true
 	}
-	c.stepLocked(p, seek.FetchCompleted{Req: b.req})
+	c.stepLocked(p, seek.FetchCompleted{Req: b.req, Checked: b.checked})
 	return true
 }
 
