@@ -200,9 +200,23 @@ func normalize(ev *consumer.TruncationEvent) {
 // LastFetchedEpoch, and the records of the new epoch follow, with the
 // position's epoch that of the last record delivered. Without it (today's
 // behaviour), the change is validated with OffsetForLeaderEpoch first.
+// The consumer learns of the change from the old leader's KIP-951 hint
+// (Fetch v16+), or, with Fetch at v15, from metadata after its
+// NOT_LEADER_OR_FOLLOWER.
 func TestValidateInBandLeaderChange(t *testing.T) {
-	for _, inBand := range []bool{true, false} {
-		t.Run(fmt.Sprintf("ValidateInBand=%v", inBand), func(t *testing.T) {
+	v15 := kversion.Stable()
+	v15.SetMaxKeyVersion(int16(kmsg.Fetch), 15)
+	for _, tc := range []struct {
+		name   string
+		inBand bool
+		opts   []consumer.Opt
+	}{
+		{"ValidateInBand", true, nil},
+		{"ValidateInBand,Fetch v15", true, []consumer.Opt{consumer.TransportOpts(kgo.MaxVersions(v15))}},
+		{"validate first", false, nil},
+	} {
+		inBand := tc.inBand
+		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2)
 			log := observeP0(c)
 			// kfake answers OffsetForLeaderEpoch(0) with -1/-1 while the
@@ -212,7 +226,7 @@ func TestValidateInBandLeaderChange(t *testing.T) {
 			from, to := twoLeaders(t, c)
 			produceRange(t, c, 0, 0, 30)
 			produceRange(t, c, 1, 0, 5)
-			cons := newConsumer(t, c, consumer.ValidateInBand(inBand))
+			cons := newConsumer(t, c, append(tc.opts, consumer.ValidateInBand(inBand))...)
 			readBoth(t, cons, 30, 5)
 			if pos, ok := cons.Position(topic, 0); !ok || pos != (consumer.Position{Offset: 30, Epoch: 0}) {
 				t.Fatalf("position %v %v", pos, ok)
@@ -544,5 +558,36 @@ func TestValidateInBandSeekTo(t *testing.T) {
 	}
 	if a, b := report[true], report[false]; !reflect.DeepEqual(a, b) {
 		t.Fatalf("the two paths disagree:\n  in band  %+v\n  validate %+v", a, b)
+	}
+}
+
+// TestValidateInBandSeekWhileReadingFollower: with ValidateInBand, the
+// fetch that validates a SeekTo with an epoch goes to the leader, not to
+// the follower the partition is read from: the check is the leader's.
+// This leader answers it by naming the follower again (it reads nothing,
+// so it checked nothing): the position is validated with
+// OffsetForLeaderEpoch, and reading goes on from the follower.
+func TestValidateInBandSeekWhileReadingFollower(t *testing.T) {
+	c := newCluster(t, 1)
+	log := observeP0(c)
+	leader, follower := followerOf(c, 0)
+	selectReplica(c, leader, rackAware("r2", follower))
+	cons := readFromFollower(t, c, leader, follower, 30, consumer.ValidateInBand(true))
+
+	mark := log.len()
+	if err := cons.SeekTo(topic, 0, consumer.AtEpoch(10, 0)); err != nil {
+		t.Fatal(err)
+	}
+	recs, evs, errs := pollUntil(t, cons, 20, 10*time.Second)
+	if len(evs)+len(errs) > 0 {
+		t.Fatalf("events %v errors %v", evs, errs)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 10}, map[int32]int64{0: 30})
+	checkReadReplica(t, cons, consumer.ReadReplica{Broker: follower, Leader: leader, Preferred: true, LastFrom: follower})
+	// (A fetch at 30 in flight before the seek may come in after it.)
+	after := slices.DeleteFunc(log.since(mark), func(r p0Request) bool { return !r.validate && r.fetch.FetchOffset == 30 })
+	if len(after) < 3 || after[0].validate || after[0].node != leader || after[0].fetch.FetchOffset != 10 || after[0].fetch.LastFetchedEpoch != 0 ||
+		!after[1].validate || after[1].node != leader || after[2].validate || after[2].node != follower {
+		t.Fatalf("want the validating fetch to the leader %d, its OffsetForLeaderEpoch, then the follower %d: %v", leader, follower, after)
 	}
 }
