@@ -57,3 +57,24 @@ func PollBuffers(f *Fetches) [][]byte {
 	}
 	return f.mem.bufs
 }
+
+// QueuedCommits returns how many commits wait in the commit queue (the one
+// being sent is not counted).
+func QueuedCommits(c *Consumer) int {
+	g := c.grp
+	g.commits.mu.Lock()
+	defer g.commits.mu.Unlock()
+	return len(g.commits.q)
+}
+
+// GroupClosing reports whether Close has begun ending the group membership.
+func GroupClosing(c *Consumer) bool { return c.grp.ctx.Err() != nil }
+
+// Committable returns the position autocommit and the revoke commit would
+// store for tp (as of the latest Poll).
+func Committable(c *Consumer, tp TopicPartition) (Position, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pos, ok := c.grp.committable[tp]
+	return pos, ok
+}

@@ -33,7 +33,9 @@ import (
 // calls OnAssigned under the gate too, so no record of them is returned
 // before OnAssigned has run (and possibly seeked). Fetch answers for a
 // dropped partition are ignored by identity (a partition assigned again is
-// a new object with new request ids).
+// a new object with new request ids). A revocation under way when Close
+// begins completes, its commit included (bounded by the rebalance timeout
+// and by Close's ctx): Close stops the member loop, not what it is doing.
 //
 // At-least-once window. Autocommit, and the commit made when partitions are
 // revoked, store the positions as they were when the most recent Poll
@@ -69,8 +71,8 @@ type group struct {
 	c   *Consumer
 	cfg *groupCfg
 
-	// ctx ends when Close begins: it stops the member loop and is the
-	// context callbacks get.
+	// ctx ends when Close begins: it stops the member loop. Callbacks and
+	// the commits of revocations get life() instead.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -337,10 +339,17 @@ func (g *group) assignParts(ctx context.Context, tps tpSet) error {
 	}
 	g.mu.Unlock()
 	if fn := g.cfg.onAssigned; fn != nil {
-		fn(g.ctx, list) // not ctx: a classic session's ends at the next rebalance
+		fn(g.life(), list) // not ctx: a classic session's ends at the next rebalance
 	}
 	return nil
 }
+
+// life is the context callbacks get, and the parent of a revocation's
+// commit: the consumer's, which ends once Close is done or gave up waiting
+// (its own ctx ended). Not g.ctx, which ends as soon as Close begins: a
+// revocation under way then would drop its commit, and the next owner
+// would read again what this member processed.
+func (g *group) life() context.Context { return g.c.ctx }
 
 // revokeParts gives up partitions: under the gate, their buffered records
 // are dropped, autocommit commits their committable positions (when commit

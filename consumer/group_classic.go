@@ -144,7 +144,7 @@ func (g *group) loseIfSilent() {
 func (g *group) revokeEager(ctx context.Context, j *joined) {
 	owned := g.ownedSet()
 	if len(owned) == 0 || j == nil {
-		g.revokeParts(ctx, owned, true, false)
+		g.revokeParts(g.life(), owned, true, false)
 		return
 	}
 	hctx, stop := context.WithCancelCause(ctx)
@@ -153,7 +153,7 @@ func (g *group) revokeEager(ctx context.Context, j *joined) {
 		defer close(done)
 		g.heartbeat(hctx, stop, *j, kerr.RebalanceInProgress)
 	}()
-	g.revokeParts(ctx, owned, true, false)
+	g.revokeParts(g.life(), owned, true, false)
 	stop(nil)
 	<-done
 }
@@ -171,7 +171,7 @@ func (g *group) session(j joined, topics []string, counts map[string]int32, assi
 
 	owned := g.ownedSet()
 	revoked, added := owned.minus(assigned), assigned.minus(owned)
-	g.revokeParts(g.ctx, revoked, true, false)
+	g.revokeParts(g.life(), revoked, true, false)
 	if err := g.assignParts(sess, added); err != nil && sess.Err() == nil {
 		g.surface("assign", err)
 	}
@@ -211,7 +211,7 @@ func (g *group) loseAll(resetMember bool) {
 		g.memberID = ""
 	}
 	g.mu.Unlock()
-	g.revokeParts(g.ctx, g.ownedSet(), false, true)
+	g.revokeParts(g.life(), g.ownedSet(), false, true)
 }
 
 // fatal ends the membership: what the member owns is lost, the error is

@@ -386,7 +386,7 @@ func (g *group) reconcile848(ctx context.Context, a *kmsg.ConsumerGroupHeartbeat
 	}
 	owned := g.ownedSet()
 	revoked, added := owned.minus(target), target.minus(owned)
-	g.revokeParts(g.ctx, revoked, true, false)
+	g.revokeParts(g.life(), revoked, true, false)
 	if err := g.assignParts(ctx, added); err != nil && ctx.Err() == nil {
 		g.surface("assign", err)
 	}

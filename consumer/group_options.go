@@ -194,7 +194,9 @@ func NoCommitStart(s Start) Opt { return optFunc(func(c *cfg) { c.group.noCommit
 // The three callbacks run one at a time on the group's goroutine, never
 // concurrently with each other, and Poll blocks while one runs. They may
 // call Position, SeekTo, Pause, Resume, CommitSync and CommitAsync, but
-// must not call Poll or Close. ctx ends when the consumer closes.
+// must not call Poll or Close. ctx ends when the consumer closes: once
+// Close is done, or gave up waiting for the group (its own ctx ended). A
+// rebalance under way when Close begins completes, its commits included.
 func OnAssigned(fn func(ctx context.Context, assigned []TopicPartition)) Opt {
 	return optFunc(func(c *cfg) { c.group.onAssigned = fn })
 }

@@ -1,0 +1,121 @@
+package consumer_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kepoch/kepoch/consumer"
+)
+
+// Commits racing a revocation, an autocommit or Close: each test makes one
+// interleaving happen deterministically and checks what the group stores.
+
+// blockCommits stops the consumer's commit goroutine until the returned
+// function is called, as a slow answer to an earlier commit would: a
+// CommitAsync of nothing whose done callback (which runs on that
+// goroutine) waits. Holding an OffsetCommit in kfake would hold the
+// coordinator connection too, which heartbeats and offset fetches share.
+func blockCommits(t *testing.T, cons *consumer.Consumer) (release func()) {
+	t.Helper()
+	entered, wait := make(chan struct{}), make(chan struct{})
+	cons.CommitAsync(map[consumer.TopicPartition]consumer.OffsetAndMetadata{}, func(map[consumer.TopicPartition]consumer.OffsetAndMetadata, error) {
+		close(entered)
+		<-wait
+	})
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the commit goroutine never reached the blocking commit")
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { close(wait) }) }
+	t.Cleanup(release) // before the consumer's Close
+	return release
+}
+
+// committedOf reads the group's committed offsets of tps with a consumer of
+// its own.
+func committedOf(t *testing.T, c *kfake.Cluster, group string, tps ...consumer.TopicPartition) map[consumer.TopicPartition]consumer.OffsetAndMetadata {
+	t.Helper()
+	check := newConsumer(t, c, consumer.Group(group), consumer.DisableAutoCommit())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := check.Committed(ctx, tps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// closeKeepingRevoke runs a member that consumed offsets [0, 10) of t[0] and
+// t[1] and polled again (so both are committable at 10), starts a
+// revocation of both whose commit waits behind an earlier one, and closes
+// the member while it waits. It returns what Close returned.
+func closeKeepingRevoke(t *testing.T, group string, opts ...consumer.Opt) (*kfake.Cluster, error) {
+	t.Helper()
+	c := newClusterWith(t, 2, kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}))
+	createTopic(t, c, "u", 1)
+	for p := int32(0); p < 2; p++ {
+		produceRange(t, c, p, 0, 10)
+	}
+	seq := 0
+	m := startMember(t, c, "m", group, &seq, append([]consumer.Opt{consumer.AutoCommitInterval(time.Hour)}, opts...)...)
+	waitFor(t, 10*time.Second, "20 records", func() bool { r, _ := m.got(); return len(r) == 20 })
+	t0, t1 := consumer.TopicPartition{Topic: topic, Partition: 0}, consumer.TopicPartition{Topic: topic, Partition: 1}
+	waitFor(t, 5*time.Second, "the next Poll begun", func() bool {
+		p0, _ := consumer.Committable(m.cons, t0)
+		p1, _ := consumer.Committable(m.cons, t1)
+		return p0.Offset == 10 && p1.Offset == 10
+	})
+	release := blockCommits(t, m.cons)
+	// The application moves to topic u: t's partitions are revoked, and
+	// their commit waits in the queue.
+	if err := m.cons.Subscribe("u"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the revoke commit queued", func() bool { return consumer.QueuedCommits(m.cons) == 1 })
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- m.cons.Close(ctx)
+	}()
+	waitFor(t, 5*time.Second, "Close begun", func() bool { return consumer.GroupClosing(m.cons) })
+	release()
+	return c, <-closed
+}
+
+// TestCloseKeepsRevokeCommit: Close during a rebalance must not cancel the
+// commit of the partitions being revoked: the member consumed them up to
+// 10, and the next owner must start there, not re-read what was processed.
+// Under every rebalance protocol: cooperative (classic), eager (classic),
+// KIP-848.
+func TestCloseKeepsRevokeCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []consumer.Opt
+	}{
+		{"cooperative", nil},
+		{"eager", []consumer.Opt{consumer.Assignors(consumer.RangeAssignor)}},
+		{"consumer", []consumer.Opt{consumer.WithGroupProtocol(consumer.ProtocolConsumer)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			group := "close-revoke-" + tc.name
+			c, err := closeKeepingRevoke(t, group, tc.opts...)
+			if err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			t0, t1 := consumer.TopicPartition{Topic: topic, Partition: 0}, consumer.TopicPartition{Topic: topic, Partition: 1}
+			got := committedOf(t, c, group, t0, t1)
+			for _, tp := range []consumer.TopicPartition{t0, t1} {
+				if om, ok := got[tp]; !ok || om.Offset != 10 || om.LeaderEpoch != 0 {
+					t.Errorf("%v committed %+v (present %v) after Close during its revocation; want 10@0 (the next owner re-reads what was processed)", tp, om, ok)
+				}
+			}
+		})
+	}
+}
