@@ -370,13 +370,12 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 	}
 	c.mu.Unlock()
 	if commit && g.cfg.autoCommit {
-		if offs := g.autoOffsets(list); len(offs) > 0 {
-			cctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
-			if err := g.commitWait(cctx, offs); err != nil && !quietCommitErr(err) {
-				g.surface("autocommit", err)
-			}
-			cancel()
+		// Made when sent, after the commits queued ahead of it.
+		cctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
+		if err := g.commitWaitFor(cctx, func() map[TopicPartition]OffsetAndMetadata { return g.autoOffsetsLocked(list) }); err != nil && !quietCommitErr(err) {
+			g.surface("autocommit", err)
 		}
+		cancel()
 	}
 	fn := g.cfg.onRevoked
 	if lost {

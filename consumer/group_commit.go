@@ -17,6 +17,12 @@ import (
 // of revoked partitions and the last one on Close) goes through one queue
 // served by one goroutine, so commits reach the coordinator in the order
 // they were made and a later commit never overtakes an earlier one.
+// Autocommits and revocations' commits are made when the commit goroutine
+// reaches them, not when they are queued: their offsets are read then, so
+// they are compared with what every commit ahead of them stored (made
+// earlier, an autocommit of the position of the latest Poll undid a commit
+// of what the application had processed that was queued or in flight ahead
+// of it), and they carry the generation of that moment.
 // Each committed offset carries the leader epoch of the record before it
 // (OffsetCommit v6+), so a consumer restarting from it validates it against
 // the leader before fetching (KIP-320).
@@ -42,9 +48,13 @@ var ErrCommitPendingValidation = errors.New("kepoch: commit past a position awai
 type commitReq struct {
 	ctx     context.Context
 	offsets map[TopicPartition]OffsetAndMetadata
+	// compute, when set, makes offsets when the commit is sent (resolve);
+	// it runs with Consumer.mu held.
+	compute func() map[TopicPartition]OffsetAndMetadata
 	pre     []error // partitions refused before sending
 	done    func(map[TopicPartition]OffsetAndMetadata, error)
-	// The membership the commit was made in, taken when it is queued.
+	// The membership the commit was made in: taken when it is queued, or
+	// when compute runs.
 	gen        int32
 	member     string
 	subscribed bool
@@ -59,9 +69,11 @@ type commitQueue struct {
 }
 
 func (g *group) enqueue(r *commitReq) {
-	g.mu.Lock()
-	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
-	g.mu.Unlock()
+	if r.compute == nil {
+		g.mu.Lock()
+		r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+		g.mu.Unlock()
+	}
 	g.commits.mu.Lock()
 	if g.commits.closed {
 		g.commits.mu.Unlock()
@@ -110,21 +122,51 @@ func (g *group) commitLoop() {
 			err = r.ctx.Err()
 		case c.ctx.Err() != nil:
 			err = errors.ErrClosed
-		case len(r.offsets) > 0:
-			ctx, cancel := context.WithCancel(r.ctx)
-			stop := context.AfterFunc(c.ctx, cancel)
-			err = g.sendCommit(ctx, r)
-			stop()
-			cancel()
+		default:
+			if r.compute != nil {
+				g.resolve(r)
+			}
+			if len(r.offsets) > 0 {
+				ctx, cancel := context.WithCancel(r.ctx)
+				stop := context.AfterFunc(c.ctx, cancel)
+				err = g.sendCommit(ctx, r)
+				stop()
+				cancel()
+			}
 		}
 		r.done(r.offsets, errors.Join(append(r.pre, err)...))
 	}
 }
 
+// resolve makes a deferred commit as it is sent: every commit queued
+// before it has been answered, so its offsets are compared with what they
+// stored, and it carries the membership of this moment.
+func (g *group) resolve(r *commitReq) {
+	c := g.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.offsets = r.compute()
+	g.mu.Lock()
+	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+	g.mu.Unlock()
+}
+
 // commitWait queues offsets and waits for the answer or ctx.
 func (g *group) commitWait(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+	return g.await(ctx, &commitReq{ctx: ctx, offsets: offsets})
+}
+
+// commitWaitFor queues a commit of what compute returns when the commit is
+// sent (see resolve) and waits for the answer or ctx.
+func (g *group) commitWaitFor(ctx context.Context, compute func() map[TopicPartition]OffsetAndMetadata) error {
+	return g.await(ctx, &commitReq{ctx: ctx, compute: compute})
+}
+
+// await queues r and waits for its answer or ctx.
+func (g *group) await(ctx context.Context, r *commitReq) error {
 	res := make(chan error, 1)
-	g.enqueue(&commitReq{ctx: ctx, offsets: offsets, done: func(_ map[TopicPartition]OffsetAndMetadata, err error) { res <- err }})
+	r.done = func(_ map[TopicPartition]OffsetAndMetadata, err error) { res <- err }
+	g.enqueue(r)
 	select {
 	case err := <-res:
 		return err
@@ -273,15 +315,9 @@ func (g *group) consumedOffsets() map[TopicPartition]OffsetAndMetadata {
 	return out
 }
 
-// autoOffsets returns the committable positions (as of the latest Poll)
-// of tps (nil: every partition) that are fetching and worth committing.
-func (g *group) autoOffsets(tps []TopicPartition) map[TopicPartition]OffsetAndMetadata {
-	c := g.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return g.autoOffsetsLocked(tps)
-}
-
+// autoOffsetsLocked returns the committable positions (as of the latest
+// Poll) of tps (nil: every partition) that are fetching and worth
+// committing.
 func (g *group) autoOffsetsLocked(tps []TopicPartition) map[TopicPartition]OffsetAndMetadata {
 	c := g.c
 	if tps == nil {
@@ -314,11 +350,13 @@ func (g *group) autoOffsetsLocked(tps []TopicPartition) map[TopicPartition]Offse
 }
 
 // autoCommitLoop commits the committable positions every interval, one
-// autocommit at a time. It ends when Close begins (Close commits last).
+// autocommit at a time, each made when it is sent (resolve). It ends when
+// Close begins (Close commits last).
 func (g *group) autoCommitLoop() {
 	c := g.c
 	t := time.NewTicker(g.cfg.autoCommitInterval)
 	defer t.Stop()
+	auto := func() map[TopicPartition]OffsetAndMetadata { return g.autoOffsetsLocked(nil) }
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -326,16 +364,13 @@ func (g *group) autoCommitLoop() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		var offs map[TopicPartition]OffsetAndMetadata
-		if !g.autoBusy {
-			offs = g.autoOffsetsLocked(nil)
-			g.autoBusy = len(offs) > 0
-		}
+		queue := !g.autoBusy && len(g.autoOffsetsLocked(nil)) > 0
+		g.autoBusy = g.autoBusy || queue
 		c.mu.Unlock()
-		if len(offs) == 0 {
+		if !queue {
 			continue
 		}
-		g.enqueue(&commitReq{ctx: g.ctx, offsets: offs, done: func(_ map[TopicPartition]OffsetAndMetadata, err error) {
+		g.enqueue(&commitReq{ctx: g.ctx, compute: auto, done: func(_ map[TopicPartition]OffsetAndMetadata, err error) {
 			c.mu.Lock()
 			g.autoBusy = false
 			c.mu.Unlock()

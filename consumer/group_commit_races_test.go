@@ -2,11 +2,15 @@ package consumer_test
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
 )
@@ -35,6 +39,37 @@ func blockCommits(t *testing.T, cons *consumer.Consumer) (release func()) {
 	release = func() { once.Do(func() { close(wait) }) }
 	t.Cleanup(release) // before the consumer's Close
 	return release
+}
+
+// commitsOf reports the partitions of topic (by name or ID) an OffsetCommit
+// names, with their offsets.
+func commitsOf(req *kmsg.OffsetCommitRequest, topic string, id [16]byte) map[int32]int64 {
+	out := map[int32]int64{}
+	for _, rt := range req.Topics {
+		if rt.Topic != topic && rt.TopicID != id {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			out[rp.Partition] = rp.Offset
+		}
+	}
+	return out
+}
+
+// refuseCommit answers an OffsetCommit with code for every partition.
+func refuseCommit(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // committedOf reads the group's committed offsets of tps with a consumer of
@@ -115,6 +150,95 @@ func TestCloseKeepsRevokeCommit(t *testing.T) {
 				if om, ok := got[tp]; !ok || om.Offset != 10 || om.LeaderEpoch != 0 {
 					t.Errorf("%v committed %+v (present %v) after Close during its revocation; want 10@0 (the next owner re-reads what was processed)", tp, om, ok)
 				}
+			}
+		})
+	}
+}
+
+// TestQueuedCommitNotUndone: the application commits what it processed
+// (CommitAsync of Consumed, 10); while the coordinator has not answered,
+// an autocommit or the commit of a revocation of the same partition, made
+// from the position of the latest Poll (below 10), must not be stored
+// after it: the next owner would re-read records already processed. The
+// revocation is eager: it commits in the generation the application's
+// commit was made in, before the member rejoins, so both are accepted.
+func TestQueuedCommitNotUndone(t *testing.T) {
+	for _, via := range []string{"autocommit", "revoke"} {
+		t.Run(via, func(t *testing.T) {
+			c := newCluster(t, 1)
+			createTopic(t, c, "u", 1)
+			produceRange(t, c, 0, 0, 10)
+			id := c.TopicInfo(topic).TopicID
+			// The coordinator holds the application's commit (offset 10
+			// of t[0]) until released; until then it refuses the other
+			// commits of t[0] (an autocommit stored before the
+			// application's commit leaves nothing to race).
+			arrived, release := make(chan struct{}), make(chan struct{})
+			var released atomic.Bool
+			var once sync.Once
+			c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				req := kr.(*kmsg.OffsetCommitRequest)
+				off, ok := commitsOf(req, topic, id)[0]
+				switch {
+				case !ok || released.Load():
+				case off == 10:
+					once.Do(func() {
+						close(arrived)
+						c.SleepControl(func() { <-release; released.Store(true) })
+					})
+				default:
+					return refuseCommit(req, kerr.RebalanceInProgress.Code), nil, true
+				}
+				return nil, nil, false
+			})
+			interval := time.Hour
+			if via == "autocommit" {
+				interval = 20 * time.Millisecond
+			}
+			revoked := make(chan struct{})
+			var revokedOnce sync.Once
+			onRevoked := consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) {
+				if slices.Contains(tps, consumer.TopicPartition{Topic: topic, Partition: 0}) {
+					revokedOnce.Do(func() { close(revoked) })
+				}
+			})
+			group := "undo-" + via
+			cons := newConsumer(t, c, append(groupOpts(group), consumer.AutoCommitInterval(interval), onRevoked,
+				consumer.Assignors(consumer.RangeAssignor))...)
+			if err := cons.Subscribe(topic, "u"); err != nil {
+				t.Fatal(err)
+			}
+			// The latest Poll returns the last of the 10 records.
+			if recs, _, _ := pollUntil(t, cons, 10, 10*time.Second); len(recs) != 10 {
+				t.Fatalf("%d records", len(recs))
+			}
+			tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+			done := make(chan error, 1)
+			cons.CommitAsync(nil, func(_ map[consumer.TopicPartition]consumer.OffsetAndMetadata, err error) { done <- err })
+			select {
+			case <-arrived:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the application's commit never reached the coordinator")
+			}
+			if via == "revoke" {
+				if err := cons.Subscribe("u"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, 10*time.Second, "a commit queued behind the application's", func() bool { return consumer.QueuedCommits(cons) == 1 })
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatalf("the application's commit: %v", err)
+			}
+			if via == "revoke" {
+				<-revoked
+			} else {
+				time.Sleep(300 * time.Millisecond) // many autocommit intervals
+			}
+			got := committedOf(t, c, group, tp)
+			if om := got[tp]; om.Offset != 10 || om.LeaderEpoch != 0 {
+				t.Fatalf("committed %+v after the application committed 10@0 (undone by a commit made before its answer)", got)
 			}
 		})
 	}
