@@ -519,15 +519,20 @@ func (c *Consumer) signalLocked() {
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 	var mk toMake
 	for {
+		if c.grp != nil {
+			// The call says that what earlier Polls returned was
+			// processed: recorded before the gate, which a revocation
+			// may hold, so that its commit (made when sent) stores it.
+			c.mu.Lock()
+			c.grp.pollStartedLocked()
+			c.mu.Unlock()
+		}
 		leave := c.enterPoll() // the session boundary, see group.go
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			leave()
 			return Fetches{}, errors.ErrClosed
-		}
-		if c.grp != nil {
-			c.grp.pollStartedLocked()
 		}
 		f := c.collectLocked(&mk)
 		wake := c.wake

@@ -39,7 +39,9 @@ import (
 //
 // At-least-once window. Autocommit, and the commit made when partitions are
 // revoked, store the positions as they were when the most recent Poll
-// began: what the application had been given before its latest Poll call.
+// began: what the application had been given before its latest Poll call
+// (recorded as Poll is called, before it waits for the gate: a revocation
+// waiting to commit stores what the application processed meanwhile).
 // Records returned by that latest Poll are not committed until the next
 // Poll (or CommitSync, or Close), so an application that processes records
 // between Polls never has a record committed before it was processed. A

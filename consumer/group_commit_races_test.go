@@ -243,3 +243,54 @@ func TestQueuedCommitNotUndone(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokeCommitsWhatPollSignalled: the application processed what its
+// latest Poll returned and calls Poll again while a revocation waits to
+// commit (behind an earlier commit): the Poll blocks until the revocation
+// is over, but its call says the records were processed, so the revoke
+// commit must store them; otherwise the next owner re-reads them.
+func TestRevokeCommitsWhatPollSignalled(t *testing.T) {
+	c := newCluster(t, 1)
+	createTopic(t, c, "u", 1)
+	produceRange(t, c, 0, 0, 10)
+	revoked := make(chan struct{})
+	onRevoked := consumer.OnRevoked(func(_ context.Context, tps []consumer.TopicPartition) {
+		if slices.Contains(tps, consumer.TopicPartition{Topic: topic, Partition: 0}) {
+			close(revoked)
+		}
+	})
+	cons := newConsumer(t, c, append(groupOpts("signalled"), consumer.AutoCommitInterval(time.Hour), onRevoked)...)
+	if err := cons.Subscribe(topic, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, _ := pollUntil(t, cons, 10, 10*time.Second); len(recs) != 10 {
+		t.Fatalf("%d records", len(recs))
+	}
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	release := blockCommits(t, cons)
+	if err := cons.Subscribe("u"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the revoke commit queued", func() bool { return consumer.QueuedCommits(cons) == 1 })
+	polled := make(chan struct{})
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer pcancel()
+	go func() {
+		defer close(polled)
+		_, _ = cons.Poll(pctx)
+	}()
+	// Until that Poll is seen (it never is when Poll waits for the
+	// revocation before recording its call).
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if pos, _ := consumer.Committable(cons, tp); pos.Offset == 10 {
+			break
+		}
+	}
+	release()
+	<-revoked
+	pcancel()
+	<-polled
+	if got := committedOf(t, c, "signalled", tp); got[tp].Offset != 10 || got[tp].LeaderEpoch != 0 {
+		t.Fatalf("the revocation committed %+v; the application had polled again after processing 10 records", got)
+	}
+}
