@@ -265,6 +265,15 @@ func (g *group) pollStartedLocked() {
 	}
 }
 
+// forgetCommittableLocked drops tp's committable position after a break
+// of its lineage: it is an offset of the lineage that broke (of the topic
+// deleted, or past the divergence), and stored it would make the next
+// owner skip the new lineage's records below it (a recreated topic
+// validates it as valid) or report the break again.
+func (g *group) forgetCommittableLocked(tp TopicPartition) {
+	delete(g.committable, tp)
+}
+
 // surface hands err to the application through Poll.
 func (g *group) surface(op string, err error) {
 	c := g.c

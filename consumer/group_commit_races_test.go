@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/seek"
 )
 
 // Commits racing a revocation, an autocommit or Close: each test makes one
@@ -73,13 +75,17 @@ func refuseCommit(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitR
 }
 
 // committedOf reads the group's committed offsets of tps with a consumer of
-// its own.
+// its own (none for a group never committed to: kfake answers
+// GROUP_ID_NOT_FOUND where Kafka answers offset -1).
 func committedOf(t *testing.T, c *kfake.Cluster, group string, tps ...consumer.TopicPartition) map[consumer.TopicPartition]consumer.OffsetAndMetadata {
 	t.Helper()
 	check := newConsumer(t, c, consumer.Group(group), consumer.DisableAutoCommit())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	got, err := check.Committed(ctx, tps...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,5 +298,85 @@ func TestRevokeCommitsWhatPollSignalled(t *testing.T) {
 	<-polled
 	if got := committedOf(t, c, "signalled", tp); got[tp].Offset != 10 || got[tp].LeaderEpoch != 0 {
 		t.Fatalf("the revocation committed %+v; the application had polled again after processing 10 records", got)
+	}
+}
+
+// TestNoCommitOfBrokenLineage: after a break of the consumed lineage (the
+// topic recreated; a truncation found by the validation of a leader
+// change), the position moves to the new lineage (its start; the
+// divergence point); until the application polls again, autocommit must
+// not store the position its latest Poll began at, which is an offset of
+// the old lineage. For a recreated topic that is a silent skip: the next
+// owner starts at that offset of the new topic and never reads the
+// records below it.
+func TestNoCommitOfBrokenLineage(t *testing.T) {
+	for _, kind := range []string{"recreated", "diverged"} {
+		t.Run(kind, func(t *testing.T) {
+			c := newCluster(t, 1)
+			produceRange(t, c, 0, 0, 20)
+			// Commits are refused until the break has moved the position,
+			// so that what is committed then is decided by the break alone.
+			var allow atomic.Bool
+			c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if allow.Load() {
+					return nil, nil, false
+				}
+				return refuseCommit(kr.(*kmsg.OffsetCommitRequest), kerr.RebalanceInProgress.Code), nil, true
+			})
+			group := "broken-" + kind
+			cons := newConsumer(t, c, consumer.Group(group), consumer.AutoCommitInterval(20*time.Millisecond),
+				consumer.MetadataMaxAge(200*time.Millisecond))
+			if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+			if recs, _, _ := pollUntil(t, cons, 20, 10*time.Second); len(recs) != 20 {
+				t.Fatalf("%d records", len(recs))
+			}
+			// The application processed them and polls again: 20@0 is
+			// committable.
+			pctx, pcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			_, _ = cons.Poll(pctx)
+			pcancel()
+			var at int64
+			switch kind {
+			case "recreated":
+				if err := c.DeleteTopic(topic); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.CreateTopic(topic, 1, nil); err != nil {
+					t.Fatal(err)
+				}
+				produceRange(t, c, 0, 0, 25)
+				at = 0
+			case "diverged":
+				truncate(c, 12) // the new leader's epoch 0 ends at 12
+				if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+					t.Fatal(err)
+				}
+				at = 12
+			}
+			waitFor(t, 10*time.Second, "the position moved by the break", func() bool {
+				st, _ := cons.State(topic, 0)
+				pos, ok := cons.Position(topic, 0)
+				return st == seek.StateFetching && ok && pos.Offset == at
+			})
+			allow.Store(true)
+			time.Sleep(300 * time.Millisecond) // many autocommit intervals
+			tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+			if om, ok := committedOf(t, c, group, tp)[tp]; ok && om.Offset > at {
+				t.Fatalf("committed %+v, past the position %d the %s lineage resumes at", om, at, kind)
+			}
+			if kind != "recreated" {
+				return
+			}
+			// The next owner starts from the group's commit.
+			seq := 0
+			next := startMember(t, c, "next", group, &seq)
+			waitFor(t, 10*time.Second, "a record of the new topic", func() bool { r, _ := next.got(); return len(r) > 0 })
+			if r, _ := next.got(); r[0].Offset != 0 {
+				t.Fatalf("the next owner began at offset %d of the recreated topic: offsets below it never delivered", r[0].Offset)
+			}
+		})
 	}
 }

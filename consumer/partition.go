@@ -343,6 +343,12 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 			p.epochs.Reset()
 		}
 		ev.ReplacedBatches, ev.ReplacedBatchesComplete = p.replaced(ev.Replaced)
+		if c.grp != nil {
+			// The position the latest Poll began at is one of the
+			// lineage that broke: nothing of the partition is
+			// autocommitted until a Poll begins on the new one.
+			c.grp.forgetCommittableLocked(p.tp)
+		}
 		c.events = append(c.events, ev)
 		if ev.Halted {
 			c.errs = append(c.errs, ev.Err())
