@@ -125,6 +125,13 @@ func (c *Consumer) goFn(fn func()) {
 // Close stops fetching, waits for every goroutine of the consumer to end
 // (or ctx to expire), and closes the transport and refresher it created.
 // Records buffered and not yet polled are dropped. Close is idempotent.
+//
+// A group member commits every position Poll returned (with autocommit),
+// lets a revocation under way finish with its commit, runs OnRevoked and
+// leaves. The error joins every commit made meanwhile that failed
+// (*errors.PartitionError per partition), or says that ctx ended before
+// Close could commit: the records since the last successful commit will
+// be delivered again. The consumer is closed either way.
 func (c *Consumer) Close(ctx context.Context) error {
 	first := false
 	c.closeOnce.Do(func() { first = true })
@@ -139,13 +146,14 @@ func (c *Consumer) Close(ctx context.Context) error {
 		}
 	}
 	defer close(c.closeDone)
+	var gerr error
 	if c.grp != nil {
-		c.grp.close(ctx) // commits, revokes and leaves while the consumer still runs
+		gerr = c.grp.close(ctx) // commits, revokes and leaves while the consumer still runs
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil
+		return gerr
 	}
 	c.closed = true
 	for _, unwatch := range c.watching {
@@ -169,7 +177,10 @@ func (c *Consumer) Close(ctx context.Context) error {
 	if c.ownClient {
 		c.cl.Close()
 	}
-	return err
+	if gerr != nil && err != nil && errors.Is(gerr, err) {
+		return gerr // ctx ended before the group could commit
+	}
+	return errors.Join(gerr, err)
 }
 
 // Assign replaces the assignment: partitions not listed are dropped (with

@@ -97,7 +97,8 @@ type group struct {
 	assigning  tpSet         // partitions assignParts is adding (reading their offsets)
 	rejoin     chan struct{} // capacity 1: the subscription changed
 	closed     bool
-	unwatch    func() // the topics the member loop watches
+	closeErrs  []error // commits of revocations that failed while Close waited
+	unwatch    func()  // the topics the member loop watches
 	watched    []string
 	// contact is when the latest classic request the coordinator answered
 	// was sent: it knew the member alive then.
@@ -383,8 +384,17 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 	if commit && g.cfg.autoCommit {
 		// Made when sent, after the commits queued ahead of it.
 		cctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
-		if err := g.commitWaitFor(cctx, func() map[TopicPartition]OffsetAndMetadata { return g.autoOffsetsLocked(list) }); err != nil && !quietCommitErr(err) {
-			g.surface("autocommit", err)
+		if err := g.commitWaitFor(cctx, func() map[TopicPartition]OffsetAndMetadata { return g.autoOffsetsLocked(list) }); err != nil {
+			// While Close waits, nobody polls to be told: Close returns it.
+			g.mu.Lock()
+			closing := g.closed
+			if closing {
+				g.closeErrs = append(g.closeErrs, err)
+			}
+			g.mu.Unlock()
+			if !closing && !quietCommitErr(err) {
+				g.surface("autocommit", err)
+			}
 		}
 		cancel()
 	}
@@ -500,12 +510,15 @@ func (g *group) partitionCounts(ctx context.Context, topics []string) map[string
 
 // close ends the membership for Close: the member loop stops, autocommit
 // commits every position Poll returned, OnRevoked runs for what the member
-// owns, and a dynamic member leaves the group.
-func (g *group) close(ctx context.Context) {
+// owns, and a dynamic member leaves the group. It returns the failures of
+// the commits made meanwhile (a revocation's under way, its own), or ctx's
+// error if ctx ended before it could commit: the records since the last
+// commit will be delivered again, and nobody polls any more to be told.
+func (g *group) close(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return
+		return nil
 	}
 	g.closed = true
 	done := g.loopDone
@@ -515,12 +528,20 @@ func (g *group) close(ctx context.Context) {
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return
+			return fmt.Errorf("consumer: Close: ctx ended before the group's final commit: %w", ctx.Err())
 		}
 	}
+	g.mu.Lock()
+	var errs []error
+	for _, err := range g.closeErrs {
+		errs = append(errs, fmt.Errorf("consumer: Close: commit of revoked partitions: %w", err))
+	}
+	g.mu.Unlock()
 	if g.cfg.autoCommit {
 		if offs := g.consumedOffsets(); len(offs) > 0 {
-			_ = g.commitWait(ctx, offs) // nobody polls any more to be told
+			if err := g.commitWait(ctx, offs); err != nil {
+				errs = append(errs, fmt.Errorf("consumer: Close: commit: %w", err))
+			}
 		}
 	}
 	g.mu.Lock()
@@ -532,13 +553,13 @@ func (g *group) close(ctx context.Context) {
 		unwatch()
 	}
 	if !subscribed {
-		return
+		return errors.Join(errs...)
 	}
 	// Everything was committed above: the revoke commits nothing more
 	// (its committable positions may be older).
 	g.revokeParts(ctx, g.ownedSet(), false, false)
 	if member == "" {
-		return
+		return errors.Join(errs...)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -550,6 +571,7 @@ func (g *group) close(ctx context.Context) {
 	case g.cfg.leaveOnClose:
 		g.leaveClassic(lctx)
 	}
+	return errors.Join(errs...)
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still alive.

@@ -95,13 +95,25 @@ func committedOf(t *testing.T, c *kfake.Cluster, group string, tps ...consumer.T
 // closeKeepingRevoke runs a member that consumed offsets [0, 10) of t[0] and
 // t[1] and polled again (so both are committable at 10), starts a
 // revocation of both whose commit waits behind an earlier one, and closes
-// the member while it waits. It returns what Close returned.
-func closeKeepingRevoke(t *testing.T, group string, opts ...consumer.Opt) (*kfake.Cluster, error) {
+// the member while it waits. refuse, if not 0, is the code the coordinator
+// answers commits of t with. It returns what Close returned.
+func closeKeepingRevoke(t *testing.T, group string, refuse int16, opts ...consumer.Opt) (*kfake.Cluster, error) {
 	t.Helper()
 	c := newClusterWith(t, 2, kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}))
 	createTopic(t, c, "u", 1)
 	for p := int32(0); p < 2; p++ {
 		produceRange(t, c, p, 0, 10)
+	}
+	if refuse != 0 {
+		id := c.TopicInfo(topic).TopicID
+		c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			req := kr.(*kmsg.OffsetCommitRequest)
+			if len(commitsOf(req, topic, id)) == 0 {
+				return nil, nil, false
+			}
+			return refuseCommit(req, refuse), nil, true
+		})
 	}
 	seq := 0
 	m := startMember(t, c, "m", group, &seq, append([]consumer.Opt{consumer.AutoCommitInterval(time.Hour)}, opts...)...)
@@ -146,7 +158,7 @@ func TestCloseKeepsRevokeCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			group := "close-revoke-" + tc.name
-			c, err := closeKeepingRevoke(t, group, tc.opts...)
+			c, err := closeKeepingRevoke(t, group, 0, tc.opts...)
 			if err != nil {
 				t.Fatalf("close: %v", err)
 			}
@@ -379,4 +391,40 @@ func TestNoCommitOfBrokenLineage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCloseReportsFailedCommit: Close must say when the commits it made
+// failed (its final commit; a revocation's commit made while it waited),
+// since the records since the last commit will be delivered again.
+func TestCloseReportsFailedCommit(t *testing.T) {
+	t.Run("final", func(t *testing.T) {
+		c := newCluster(t, 1)
+		produceRange(t, c, 0, 0, 10)
+		c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			return refuseCommit(kr.(*kmsg.OffsetCommitRequest), kerr.GroupAuthorizationFailed.Code), nil, true
+		})
+		cons := newOwnConsumer(t, c.ListenAddrs(), consumer.Group("close-fails"), consumer.AutoCommitInterval(time.Hour))
+		if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+			t.Fatal(err)
+		}
+		if recs, _, _ := pollUntil(t, cons, 10, 10*time.Second); len(recs) != 10 {
+			t.Fatalf("%d records", len(recs))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := cons.Close(ctx)
+		var pe *errors.PartitionError
+		if !errors.Is(err, kerr.GroupAuthorizationFailed) || !errors.As(err, &pe) || pe.Op != "commit" || pe.Offset != 10 {
+			t.Fatalf("Close returned %v; its commit of 10 was refused", err)
+		}
+	})
+	t.Run("revoke", func(t *testing.T) {
+		// Eager: the revocation takes every partition, so Close itself
+		// has nothing left to commit.
+		_, err := closeKeepingRevoke(t, "close-revoke-fails", kerr.GroupAuthorizationFailed.Code, consumer.Assignors(consumer.RangeAssignor))
+		if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+			t.Fatalf("Close returned %v; the commit of the partitions revoked while it waited was refused", err)
+		}
+	})
 }
