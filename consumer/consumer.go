@@ -41,6 +41,7 @@ type Consumer struct {
 
 	mu       sync.Mutex
 	closed   bool
+	closing  bool // Close has begun: Poll returns nothing more
 	ids      seek.RequestIDs
 	parts    map[TopicPartition]*part
 	watching map[string]func() // topic → unwatch
@@ -124,7 +125,9 @@ func (c *Consumer) goFn(fn func()) {
 
 // Close stops fetching, waits for every goroutine of the consumer to end
 // (or ctx to expire), and closes the transport and refresher it created.
-// Records buffered and not yet polled are dropped. Close is idempotent.
+// Records buffered and not yet polled are dropped, and from the moment
+// Close begins Poll returns errors.ErrClosed: a record returned during
+// Close would be committed by nobody. Close is idempotent.
 //
 // A group member commits every position Poll returned (with autocommit),
 // lets a revocation under way finish with its commit, runs OnRevoked and
@@ -146,6 +149,10 @@ func (c *Consumer) Close(ctx context.Context) error {
 		}
 	}
 	defer close(c.closeDone)
+	c.mu.Lock()
+	c.closing = true
+	c.signalLocked()
+	c.mu.Unlock()
 	var gerr error
 	if c.grp != nil {
 		gerr = c.grp.close(ctx) // commits, revokes and leaves while the consumer still runs
@@ -526,7 +533,7 @@ func (c *Consumer) signalLocked() {
 // Poll returns what the consumer has for the application: records, the
 // breaks detected since the last Poll, and partition errors. It blocks
 // until there is something or ctx ends (then it returns empty Fetches and
-// ctx's error).
+// ctx's error). Once Close has begun it returns errors.ErrClosed.
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 	var mk toMake
 	for {
@@ -540,7 +547,7 @@ func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 		}
 		leave := c.enterPoll() // the session boundary, see group.go
 		c.mu.Lock()
-		if c.closed {
+		if c.closed || c.closing {
 			c.mu.Unlock()
 			leave()
 			return Fetches{}, errors.ErrClosed

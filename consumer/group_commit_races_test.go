@@ -428,3 +428,68 @@ func TestCloseReportsFailedCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestNoDeliveryDuringClose: once Close has begun (and computed its final
+// commit), Poll must not return records any more: they would never be
+// committed, and the next owner would deliver them again.
+func TestNoDeliveryDuringClose(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 10)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		once.Do(func() {
+			close(arrived)
+			c.SleepControl(func() { <-release })
+		})
+		return nil, nil, false
+	})
+	cons := newOwnConsumer(t, c.ListenAddrs(), consumer.Group("close-delivers"), consumer.AutoCommitInterval(time.Hour))
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []consumer.Record
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	polling := make(chan struct{})
+	go func() {
+		defer close(polling)
+		for {
+			f, err := cons.Poll(context.Background())
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got = append(got, f.Records...)
+			mu.Unlock()
+		}
+	}()
+	waitFor(t, 10*time.Second, "10 records", func() bool { return count() == 10 })
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- cons.Close(ctx)
+	}()
+	<-arrived // Close's commit (of 10) is being sent
+	produceRange(t, c, 0, 10, 20)
+	// Until the application stops polling, or long enough for Poll to
+	// return the new records.
+	select {
+	case <-polling:
+	case <-time.After(2 * time.Second):
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	<-polling
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	committed := committedOf(t, c, "close-delivers", tp)[tp]
+	mu.Lock()
+	defer mu.Unlock()
+	if last := got[len(got)-1].Offset; last >= committed.Offset {
+		t.Fatalf("Poll returned offset %d during Close, which committed %+v: records returned and never committed", last, committed)
+	}
+}
