@@ -320,6 +320,16 @@ func (g *group) consumedOffsets() map[TopicPartition]OffsetAndMetadata {
 // committing.
 func (g *group) autoOffsetsLocked(tps []TopicPartition) map[TopicPartition]OffsetAndMetadata {
 	c := g.c
+	g.mu.Lock()
+	lost := g.subscribed && g.generation < 0
+	g.mu.Unlock()
+	if lost {
+		// The member has no generation: what it still holds is being
+		// dropped as lost (OnLost runs). Sent with generation -1, a
+		// commit is taken as a standalone one once the group is empty,
+		// undoing what a member that owned the partitions since stored.
+		return nil
+	}
 	if tps == nil {
 		for tp := range g.committable {
 			tps = append(tps, tp)

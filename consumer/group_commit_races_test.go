@@ -493,3 +493,89 @@ func TestNoDeliveryDuringClose(t *testing.T) {
 		t.Fatalf("Poll returned offset %d during Close, which committed %+v: records returned and never committed", last, committed)
 	}
 }
+
+// TestLostPartitionsNotCommitted: a member whose session expired (the
+// coordinator stopped answering it) drops its partition as lost and must
+// not commit it any more, not even with generation -1, which the
+// coordinator accepts as a standalone commit once the group is empty.
+// Meanwhile another member owned the partition, consumed further,
+// committed and left: a late commit of the lost member's position takes
+// the group's offset back, and the next owner re-reads those records.
+func TestLostPartitionsNotCommitted(t *testing.T) {
+	c := newClusterWith(t, 1, kfake.GroupMinSessionTimeout(time.Second))
+	produceRange(t, c, 0, 0, 10)
+	// Once refused, m1's commits are refused until uncut (then they reach
+	// the coordinator); once cut, its group requests go unanswered.
+	var refused, cut, uncut atomic.Bool
+	var m1id atomic.Value
+	m1id.Store("")
+	mine := func(member string) bool { return member != "" && member == m1id.Load().(string) }
+	for _, key := range []kmsg.Key{kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup} {
+		c.ControlKey(int16(key), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			var member string
+			switch r := kr.(type) {
+			case *kmsg.HeartbeatRequest:
+				member = r.MemberID
+			case *kmsg.JoinGroupRequest:
+				member = r.MemberID
+			case *kmsg.SyncGroupRequest:
+				member = r.MemberID
+			}
+			if cut.Load() && mine(member) {
+				return nil, errors.New("coordinator unreachable"), true
+			}
+			return nil, nil, false
+		})
+	}
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.OffsetCommitRequest)
+		if refused.Load() && !uncut.Load() && mine(req.MemberID) {
+			return refuseCommit(req, kerr.RebalanceInProgress.Code), nil, true
+		}
+		return nil, nil, false
+	})
+	timing := []consumer.Opt{consumer.SessionTimeout(time.Second), consumer.RebalanceTimeout(time.Second),
+		consumer.HeartbeatInterval(100 * time.Millisecond), consumer.AutoCommitInterval(20 * time.Millisecond)}
+	var m1log atomic.Pointer[rebalanceLog]
+	lost, proceed := make(chan struct{}), make(chan struct{})
+	var lostOnce sync.Once
+	onLost := consumer.OnLost(func(_ context.Context, tps []consumer.TopicPartition) {
+		m1log.Load().lost(tps)
+		lostOnce.Do(func() {
+			close(lost)
+			<-proceed // the application's cleanup of the lost partition
+		})
+	})
+	seq := 0
+	group := "lost-commit"
+	m1 := startMember(t, c, "m1", group, &seq, append(timing, onLost)...)
+	m1log.Store(m1.log)
+	m1id.Store(m1.cons.GroupMetadata().MemberID)
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	waitFor(t, 10*time.Second, "m1 committed 10", func() bool {
+		m1id.Store(m1.cons.GroupMetadata().MemberID)
+		return committedOf(t, c, group, tp)[tp].Offset == 10
+	})
+	refused.Store(true)
+	produceRange(t, c, 0, 10, 20)
+	waitFor(t, 10*time.Second, "m1 got 20 records", func() bool { r, _ := m1.got(); return len(r) == 20 })
+	cut.Store(true)
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("m1 never lost its partition")
+	}
+	defer close(proceed)
+	m2 := startMember(t, c, "m2", group, &seq, timing...)
+	waitFor(t, 15*time.Second, "m2 got offsets 10-19", func() bool { r, _ := m2.got(); return len(r) >= 10 })
+	produceRange(t, c, 0, 20, 30)
+	waitFor(t, 10*time.Second, "m2 committed 30", func() bool { return committedOf(t, c, group, tp)[tp].Offset == 30 })
+	m2.closeNow(t) // the group is empty again
+	uncut.Store(true)
+	time.Sleep(300 * time.Millisecond) // many autocommit intervals of m1, still in OnLost
+	if om := committedOf(t, c, group, tp)[tp]; om.Offset != 30 {
+		t.Fatalf("committed %+v after m2 committed 30 and left: the member that lost the partition committed it", om)
+	}
+}
