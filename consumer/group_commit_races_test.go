@@ -579,3 +579,52 @@ func TestLostPartitionsNotCommitted(t *testing.T) {
 		t.Fatalf("committed %+v after m2 committed 30 and left: the member that lost the partition committed it", om)
 	}
 }
+
+// TestOnRevokedCommitsDuringClose: without autocommit, the application
+// commits what it processed in OnRevoked, with the callback's ctx. If
+// Close begins while the callback runs, that ctx must not end (it did, and
+// the commit was dropped: the next owner re-read what was processed).
+func TestOnRevokedCommitsDuringClose(t *testing.T) {
+	c := newCluster(t, 1)
+	createTopic(t, c, "u", 1)
+	produceRange(t, c, 0, 0, 10)
+	tp := consumer.TopicPartition{Topic: topic, Partition: 0}
+	var cons atomic.Pointer[consumer.Consumer]
+	entered, errc := make(chan struct{}), make(chan error, 1)
+	onRevoked := consumer.OnRevoked(func(ctx context.Context, tps []consumer.TopicPartition) {
+		if !slices.Contains(tps, tp) {
+			return
+		}
+		close(entered)
+		for deadline := time.Now().Add(5 * time.Second); !consumer.GroupClosing(cons.Load()) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		errc <- cons.Load().CommitSync(ctx, map[consumer.TopicPartition]consumer.OffsetAndMetadata{tp: {Offset: 10, LeaderEpoch: 0}})
+	})
+	cons.Store(newConsumer(t, c, append(groupOpts("revoked-close"), consumer.DisableAutoCommit(), onRevoked)...))
+	if err := cons.Load().Subscribe(topic, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, _ := pollUntil(t, cons.Load(), 10, 10*time.Second); len(recs) != 10 {
+		t.Fatalf("%d records", len(recs))
+	}
+	if err := cons.Load().Subscribe("u"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- cons.Load().Close(ctx)
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("OnRevoked's commit while Close waited: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if om := committedOf(t, c, "revoked-close", tp)[tp]; om.Offset != 10 {
+		t.Fatalf("committed %+v; OnRevoked committed 10", om)
+	}
+}
