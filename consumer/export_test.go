@@ -67,6 +67,18 @@ func QueuedCommits(c *Consumer) int {
 	return len(g.commits.q)
 }
 
+// DebugGroup describes the group's commit state (tests).
+func DebugGroup(c *Consumer) string {
+	g := c.grp
+	c.mu.Lock()
+	s := fmt.Sprintf("autoBusy=%v committable=%v committed=%v", g.autoBusy, g.committable, g.committed)
+	c.mu.Unlock()
+	g.mu.Lock()
+	s += fmt.Sprintf(" generation=%d owned=%v", g.generation, g.owned)
+	g.mu.Unlock()
+	return s + fmt.Sprintf(" queued=%d", QueuedCommits(c))
+}
+
 // GroupClosing reports whether Close has begun ending the group membership.
 func GroupClosing(c *Consumer) bool { return c.grp.ctx.Err() != nil }
 
