@@ -2,12 +2,14 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/internal/batch"
 	"github.com/kepoch/kepoch/seek"
 )
@@ -164,9 +166,30 @@ func (f *fetcher) replyLocked(in inflight, a fetchReply) replicaStep {
 	if a.named >= 0 && a.from == a.leader {
 		a.namedUsable = c.replicaUsableLocked(p.tp, a.named)
 	}
+	now := time.Now()
 	var step replicaStep
-	p.replica, step = afterReply(p.replica, a, time.Now(), c.cfg.metadataMaxAge)
+	p.replica, step = afterReply(p.replica, a, now, c.cfg.metadataMaxAge)
+	c.unusableLocked(p, a, step, now)
 	return step
+}
+
+// unusableLocked applies an answer (a, stepped as step) to p's run of
+// redirects to unusable replicas, and tells Poll, once, about a run that
+// lasted MissingPartitionReport: an error in Fetches.Errors, without
+// halting the partition, which is read as soon as the leader names a
+// replica metadata knows, or none.
+func (c *Consumer) unusableLocked(p *part, a fetchReply, step replicaStep, now time.Time) {
+	var report bool
+	if p.unusable, report = afterUnusable(p.unusable, a, step, now, c.cfg.missingAfter); !report {
+		return
+	}
+	u := p.unusable
+	pos, _ := p.m.Position()
+	c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		Offset: pos.Offset, LeaderEpoch: pos.Epoch,
+		Err: fmt.Errorf("%w (leader %d has named broker %d, which metadata does not list or lists offline, as the read replica for %v; the partition is not read until the leader names a known replica or none)",
+			errors.ErrReplicaNotAvailable, u.leader, u.replica, now.Sub(u.since).Round(time.Millisecond))})
+	c.signalLocked()
 }
 
 func (f *fetcher) loop() {
@@ -449,6 +472,10 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	// no partition for which it named a read replica or found a
 	// DivergingEpoch.
 	for _, in := range parts {
+		if c.parts[in.p.tp] == in.p && in.p.m.AwaitsFetch(in.req) {
+			// Read, nothing new: it ends a run of redirects.
+			c.unusableLocked(in.p, fetchReply{from: f.id, leader: in.leader, epoch: in.epoch, named: seek.NoBroker}, stepAsIs, time.Now())
+		}
 		if in.p.fetch != nil && in.p.fetch.Req == in.req {
 			in.p.fetch = nil
 		}

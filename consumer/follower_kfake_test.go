@@ -4,6 +4,7 @@ import (
 	"context"
 	stderrors "errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/errors"
 )
 
 // KIP-392 fetch from follower on kfake. kfake serves a partition's fetches
@@ -493,6 +495,142 @@ func TestPreferredReplicaNotInMetadata(t *testing.T) {
 	}
 	mu.Unlock()
 	checkReadReplica(t, cons, consumer.ReadReplica{Broker: leader, Leader: leader, LastFrom: leader})
+}
+
+// TestPreferredReplicaUnusableReported: a leader that keeps naming a read
+// replica metadata does not list leaves the partition unread; once that has
+// lasted MissingPartitionReport it is reported, once, in Poll's Errors (a
+// *errors.PartitionError, Op "fetch", matching
+// errors.ErrReplicaNotAvailable and naming the broker), and the partition is
+// not halted: when the leader stops naming the broker, or the broker joins
+// the cluster and metadata lists it, every record is read, with no second
+// report. A later run of redirects is a new stall, reported again.
+func TestPreferredReplicaUnusableReported(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	for _, recovery := range []string{"leader stops naming it", "replica becomes known"} {
+		t.Run(recovery, func(t *testing.T) {
+			c := newCluster(t, 1)
+			leader := c.LeaderFor(topic, 0)
+			produceRange(t, c, 0, 0, 20)
+			var (
+				mu    sync.Mutex
+				stall = true
+			)
+			setStall := func(on bool) {
+				mu.Lock()
+				stall = on
+				mu.Unlock()
+			}
+			pick := func(*kmsg.FetchRequest, int) int32 {
+				mu.Lock()
+				defer mu.Unlock()
+				if stall {
+					return 99
+				}
+				return -1
+			}
+			// Every broker names 99 while it leads partition 0: adding
+			// a broker (below) moves partitions around a while.
+			var counts []func() int
+			for b := range int32(3) {
+				counts = append(counts, selectReplica(c, b, pick))
+			}
+			redirects := func() (n int) {
+				for _, f := range counts {
+					n += f()
+				}
+				return n
+			}
+			cons := newConsumer(t, c, consumer.MissingPartitionReport(bound))
+			start := time.Now()
+			if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+				t.Fatal(err)
+			}
+			wantReport := func(errs []error, since time.Time) {
+				t.Helper()
+				if len(errs) != 1 {
+					t.Fatalf("errors %v; want one report of the unusable read replica", errs)
+				}
+				var pe *errors.PartitionError
+				if !stderrors.As(errs[0], &pe) || pe.Op != "fetch" || pe.Topic != topic || pe.Partition != 0 ||
+					!stderrors.Is(errs[0], errors.ErrReplicaNotAvailable) || !strings.Contains(errs[0].Error(), "broker 99") {
+					t.Fatalf("error %#v (%v); want a fetch PartitionError of %s[0] matching ErrReplicaNotAvailable naming broker 99", errs[0], errs[0], topic)
+				}
+				if d := time.Since(since); d < bound {
+					t.Errorf("reported %v after the redirects began, before MissingPartitionReport %v", d, bound)
+				}
+			}
+
+			// The stall: reported once, nothing read.
+			recs, evs, errs := pollUntil(t, cons, 0, 10*time.Second)
+			if len(recs)+len(evs) > 0 {
+				t.Fatalf("records %d events %v while the leader names broker 99", len(recs), evs)
+			}
+			wantReport(errs, start)
+			recs, evs, errs = pollUntil(t, cons, 1<<30, 3*bound)
+			if len(recs)+len(evs)+len(errs) > 0 {
+				t.Fatalf("after the report: records %d events %v errors %v; want none", len(recs), evs, errs)
+			}
+			if n := redirects(); n < 3 {
+				t.Fatalf("%d redirects; the leader was not asked again", n)
+			}
+
+			// The recovery: every record, no second report.
+			want := consumer.ReadReplica{Broker: leader, Leader: leader, LastFrom: leader}
+			switch recovery {
+			case "leader stops naming it":
+				setStall(false)
+			case "replica becomes known":
+				// kfake reassigns leaders when a broker joins: the
+				// partition is moved back to its leader, which names 99.
+				c.SetFollowers(topic, 0, []int32{99})
+				if _, _, err := c.AddNode(99, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.MoveTopicPartition(topic, 0, leader); err != nil {
+					t.Fatal(err)
+				}
+				want = consumer.ReadReplica{Broker: 99, Leader: leader, Preferred: true, LastFrom: 99}
+			}
+			recs, evs, errs = pollUntil(t, cons, 20, 10*time.Second)
+			if len(evs)+len(errs) > 0 {
+				t.Fatalf("events %v errors %v", evs, errs)
+			}
+			checkInOrder(t, recs, map[int32]int64{0: 0}, map[int32]int64{0: 20})
+			produceRange(t, c, 0, 20, 25)
+			recs, evs, errs = pollUntil(t, cons, 1<<30, 3*bound)
+			if len(evs)+len(errs) > 0 {
+				t.Fatalf("after the recovery: events %v errors %v; want none", evs, errs)
+			}
+			checkInOrder(t, recs, map[int32]int64{0: 20}, map[int32]int64{0: 25})
+			checkReadReplica(t, cons, want)
+			if recovery != "leader stops naming it" {
+				return
+			}
+
+			// A new run of redirects: reported again, once.
+			produceRange(t, c, 0, 25, 30)
+			again := time.Now()
+			setStall(true)
+			recs, evs, errs = pollUntil(t, cons, 0, 10*time.Second)
+			if len(evs) > 0 {
+				t.Fatalf("events %v", evs)
+			}
+			wantReport(errs, again)
+			if len(recs) > 5 {
+				t.Fatalf("%d records: want at most the 5 produced before the redirects", len(recs))
+			}
+			setStall(false)
+			if len(recs) < 5 {
+				more, evs, errs := pollUntil(t, cons, 5-len(recs), 10*time.Second)
+				if len(evs)+len(errs) > 0 {
+					t.Fatalf("events %v errors %v", evs, errs)
+				}
+				recs = append(recs, more...)
+			}
+			checkInOrder(t, recs, map[int32]int64{0: 25}, map[int32]int64{0: 30})
+		})
+	}
 }
 
 // TestFollowerWithoutRack: without Rack, Fetch requests carry no rack, and

@@ -253,6 +253,17 @@ func OnTruncation(fn func(TruncationEvent)) Opt { return optFunc(func(c *cfg) { 
 // reported as such when it is). It is reported again only if it goes
 // missing again after it was back. Without it a misspelt or deleted topic
 // would only look like a quiet one.
+//
+// The same bound applies to a partition whose leader keeps naming, as its
+// read replica (see Rack), a broker metadata does not list or lists
+// offline: the leader then answers with no records, and the partition is
+// not read at all. It is reported once, at the first such answer
+// MissingPartitionReport or more after the first of the run (0: at the
+// first), as a *errors.PartitionError (Op "fetch", naming the broker)
+// matching errors.ErrReplicaNotAvailable, without halting the partition.
+// Any answer without error ends the run (records, the leader naming no
+// replica or one metadata lists, a replica's answer); errors neither end
+// nor extend it, and a later run is reported again.
 func MissingPartitionReport(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.missingAfter = d })
 }
@@ -325,4 +336,15 @@ func ValidateInBand(on bool) Opt { return optFunc(func(c *cfg) { c.inBand = on }
 // LastFetchedEpoch as the leader's, so truncation is detected exactly as
 // there; OffsetForLeaderEpoch and ListOffsets always go to the leader.
 // Consumer.ReadReplica says where a partition is read from.
+//
+// A replica the leader names that metadata does not list (or lists
+// offline for the partition: a custom selector's choice, a broker whose
+// advertised listener is wrong) cannot be read: the partition stays on its
+// leader, metadata is refreshed and the leader asked again after
+// RetryBackoff. The leader answers those fetches with no records, so while
+// it keeps naming such a broker the partition is not read at all; after
+// MissingPartitionReport of that, Poll reports it once in Fetches.Errors:
+// a *errors.PartitionError (Op "fetch", naming the broker) matching
+// errors.ErrReplicaNotAvailable. The partition is not halted, and is read
+// as soon as the leader names a broker metadata lists, or none.
 func Rack(rack string) Opt { return optFunc(func(c *cfg) { c.rack = &rack }) }

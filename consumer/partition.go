@@ -62,6 +62,9 @@ type part struct {
 	// (zero while it has it); missingReported is set once Poll was told.
 	missingSince    time.Time
 	missingReported bool
+	// unusable is the partition's run of leader answers naming a read
+	// replica it cannot be read from (afterUnusable).
+	unusable unusableRun
 }
 
 // remember adds the digest of a delivered batch to p's history. A batch at

@@ -98,6 +98,79 @@ func TestAfterReply(t *testing.T) {
 	}
 }
 
+// TestAfterUnusable: a run of leader answers naming an unusable read
+// replica is reported once, at the first redirect at least the bound after
+// the run's first; an error neither ends nor extends it; any answer without
+// error (the partition read) ends it, and a later run is reported again.
+func TestAfterUnusable(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const bound = 10 * time.Second
+	type ans struct {
+		at     time.Duration // after t0
+		a      fetchReply
+		report bool // the answer reports the run
+	}
+	at := func(d time.Duration, a fetchReply, report bool) ans { return ans{d, a, report} }
+	leader := func(a fetchReply) fetchReply { a.from, a.leader, a.epoch = 1, 1, 5; return a }
+	replica := func(a fetchReply) fetchReply { a.from, a.leader, a.epoch = 2, 1, 5; return a }
+	unknown := leader(fetchReply{named: 9})
+	unknown8 := leader(fetchReply{named: 8})
+	none := leader(fetchReply{named: seek.NoBroker})
+	known := leader(fetchReply{named: 2, namedUsable: true})
+	for _, tc := range []struct {
+		name  string
+		bound time.Duration
+		seq   []ans
+		// want is the run the sequence leaves (since as an offset from
+		// t0, -1: none).
+		since    time.Duration
+		replica  int32
+		reported bool
+	}{
+		{"one redirect: a run, not yet reported", bound, []ans{at(0, unknown, false)}, 0, 9, false},
+		{"reported at the first redirect past the bound, once", bound, []ans{
+			at(0, unknown, false), at(5*time.Second, unknown, false), at(bound-time.Nanosecond, unknown, false),
+			at(bound, unknown, true), at(bound+time.Second, unknown, false), at(time.Hour, unknown, false)}, 0, 9, true},
+		{"bound 0: reported at the first redirect", 0, []ans{at(0, unknown, true), at(time.Second, unknown, false)}, 0, 9, true},
+		{"another unusable replica: the same run, naming the last", bound, []ans{
+			at(0, unknown, false), at(6*time.Second, unknown8, false), at(11*time.Second, unknown8, true)}, 0, 8, true},
+		{"records end the run", bound, []ans{at(0, unknown, false), at(9*time.Second, leader(fetchReply{named: 9, records: true}), false),
+			at(11*time.Second, unknown, false)}, 11 * time.Second, 9, false},
+		{"the leader names none: the run ends", bound, []ans{at(0, unknown, false), at(9*time.Second, none, false),
+			at(11*time.Second, unknown, false)}, 11 * time.Second, 9, false},
+		{"the leader names a known replica: the run ends", bound, []ans{at(0, unknown, false), at(9*time.Second, known, false)}, -1, 0, false},
+		{"the replica's answer: read", bound, []ans{at(0, unknown, false), at(9*time.Second, replica(fetchReply{named: seek.NoBroker}), false)}, -1, 0, false},
+		{"a DivergingEpoch: read", bound, []ans{at(0, unknown, false), at(9*time.Second, leader(fetchReply{diverging: true, named: 9}), false)}, -1, 0, false},
+		{"errors neither end nor extend the run", bound, []ans{
+			at(0, unknown, false), at(3*time.Second, leader(fetchReply{code: seek.CodeNotLeaderOrFollower, named: seek.NoBroker}), false),
+			at(6*time.Second, leader(fetchReply{code: seek.CodeNetworkException, named: seek.NoBroker}), false),
+			at(12*time.Second, replica(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), false),
+			at(13*time.Second, unknown, true)}, 0, 9, true},
+		{"an error alone starts no run", bound, []ans{at(0, leader(fetchReply{code: seek.CodeReplicaNotAvailable, named: seek.NoBroker}), false)}, -1, 0, false},
+		{"reported, read, redirected again: a new run, reported again", bound, []ans{
+			at(0, unknown, false), at(bound, unknown, true), at(bound+time.Second, none, false),
+			at(20*time.Second, unknown, false), at(29*time.Second, unknown, false), at(30*time.Second, unknown, true),
+			at(31*time.Second, unknown, false)}, 20 * time.Second, 9, true},
+	} {
+		var u unusableRun
+		for i, x := range tc.seq {
+			_, step := afterReply(noReplica, x.a, t0.Add(x.at), time.Minute)
+			var report bool
+			u, report = afterUnusable(u, x.a, step, t0.Add(x.at), tc.bound)
+			if report != x.report {
+				t.Errorf("%s: answer %d (%+v at %v): report = %v, want %v", tc.name, i, x.a, x.at, report, x.report)
+			}
+		}
+		want := unusableRun{}
+		if tc.since >= 0 {
+			want = unusableRun{since: t0.Add(tc.since), replica: tc.replica, leader: 1, reported: tc.reported}
+		}
+		if u != want {
+			t.Errorf("%s: run = %+v, want %+v", tc.name, u, want)
+		}
+	}
+}
+
 // TestStaleAnswerLeavesReadReplica: an answer to a fetch the partition no
 // longer awaits (it moved on meanwhile) changes nothing about where the
 // partition is read from: a replica's stale error does not drop the

@@ -281,9 +281,14 @@ type Fetches struct {
 	// Errors are per-partition errors: for every halted partition its
 	// reason (a *errors.LogTruncationError under PolicyNone, a
 	// *errors.PartitionError for a non-retriable broker error or corrupt
-	// data), and, without halting it, an assigned partition missing from
+	// data), and, without halting them, an assigned partition missing from
 	// metadata for MissingPartitionReport (a *errors.PartitionError, Op
-	// "lookup", matching errors.ErrUnknownTopicOrPartition).
+	// "lookup", matching errors.ErrUnknownTopicOrPartition) and one whose
+	// leader has named, for MissingPartitionReport, a read replica that
+	// metadata does not list or lists offline, so that it is not read (a
+	// *errors.PartitionError, Op "fetch", naming the broker, matching
+	// errors.ErrReplicaNotAvailable; see Rack). Each is reported once, and
+	// again only if it recurs after the partition was back.
 	Errors []error
 
 	mem *pollMemory // what Release hands back
