@@ -95,6 +95,9 @@ type inflight struct {
 	// lastFetchedEpoch is the fetch's LastFetchedEpoch: a broker can have
 	// checked it only if it was sent.
 	lastFetchedEpoch int32
+	// topicID is the topic ID the fetch named (zero: by name): a leader
+	// hint in its answer is about that incarnation.
+	topicID [16]byte
 }
 
 // checked reports whether the broker that answered the fetch in (broker
@@ -252,7 +255,7 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		p.sent = true
 		p.flying = f
 		parts[tp] = inflight{p: p, req: p.fetch.Req, leader: p.fetch.Leader, epoch: p.fetch.CurrentLeaderEpoch,
-			lastFetchedEpoch: p.fetch.LastFetchedEpoch}
+			lastFetchedEpoch: p.fetch.LastFetchedEpoch, topicID: p.topicID}
 		want[tp] = fetchParams{
 			topicID: p.topicID, offset: p.fetch.Offset, currentLeaderEpoch: p.fetch.CurrentLeaderEpoch,
 			lastFetchedEpoch: p.fetch.LastFetchedEpoch, maxBytes: c.cfg.partMaxBytes,
@@ -548,7 +551,7 @@ func (f *fetcher) settleLocked(in inflight, a fetchReply, hint *seek.Leader) {
 		p.fetch = nil
 	}
 	if hint != nil {
-		f.c.meta.ApplyHint(p.tp.Topic, p.tp.Partition, hint.ID, hint.Epoch)
+		f.c.meta.ApplyHint(p.tp.Topic, in.topicID, p.tp.Partition, hint.ID, hint.Epoch)
 	}
 	if step == stepRefetch {
 		f.c.stepLocked(p, seek.FetchCompleted{Req: in.req})

@@ -69,7 +69,7 @@ func TestApplyHintAfterClose(t *testing.T) {
 	}
 	sub := r.Subscribe()
 	r.Close()
-	if r.ApplyHint("t", 0, 2, 4) {
+	if r.ApplyHint("t", TopicID{}, 0, 2, 4) {
 		t.Error("ApplyHint after Close reported the hint applied")
 	}
 	if p, _ := r.Lookup("t", 0); p.Leader != 1 || p.LeaderEpoch != 3 {

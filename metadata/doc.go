@@ -21,7 +21,7 @@
 //		r.Trigger(reason)                 // coalesced, spaced, returns at once
 //	}
 //	// on a KIP-951 CurrentLeader hint:
-//	r.ApplyHint("orders", 3, hint.LeaderID, hint.LeaderEpoch)
+//	r.ApplyHint("orders", requestTopicID, 3, hint.LeaderID, hint.LeaderEpoch)
 //	// later: r.Lookup("orders", 3) for the current leader and epoch,
 //	// or evs, _ := sub.Next(ctx) to react to each change.
 //

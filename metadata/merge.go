@@ -398,9 +398,15 @@ func freshTopic(old *topicState, rt respTopic, recreated bool) (*topicState, []E
 // applyHint applies a KIP-951 CurrentLeader hint: adopted only if the topic
 // and partition are cached, the hint names a leader and an epoch, and the
 // epoch is newer than the cached one.
-func applyHint(prev *state, topic string, partition, leader, epoch int32) (*state, *Event) {
+func applyHint(prev *state, topic string, id TopicID, partition, leader, epoch int32) (*state, *Event) {
 	t := prev.topics[topic]
 	if t == nil || partition < 0 || int(partition) >= len(t.Partitions) || leader < 0 || epoch < 0 {
+		return prev, nil
+	}
+	if !id.IsZero() && !t.ID.IsZero() && id != t.ID {
+		// About another incarnation than the cached one (a request sent
+		// before the topic was recreated, or answered by a broker still
+		// serving the old topic): its epochs are not this topic's.
 		return prev, nil
 	}
 	old := t.Partitions[partition]

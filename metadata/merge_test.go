@@ -78,7 +78,8 @@ type le struct {
 
 type step struct {
 	in     *response
-	hint   *le // instead of in: a KIP-951 hint
+	hint   *le     // instead of in: a KIP-951 hint
+	hintID TopicID // the topic ID the hinted request named (zero: by name)
 	events []ev
 	after  []le
 }
@@ -352,6 +353,25 @@ func TestMerge(t *testing.T) {
 				{in: answer(tp("t", A, p(0, 1, 4))), events: []ev{}, after: []le{{"t", 0, 2, 5}}},
 			},
 		},
+		{
+			// A request sent to the old incarnation (or answered by a
+			// broker still serving it) is answered with the old
+			// incarnation's epoch, higher than the new one's: adopted, it
+			// held the new topic's partition at that epoch, every fresh
+			// answer a rejected rewind until N of them in a row.
+			name: "hints about another incarnation are ignored",
+			n:    N,
+			steps: []step{
+				{in: from(2, answer(tp("t", A, p(0, 1, 7)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 7}}},
+				{in: from(2, answer(tp("t", B, p(0, 2, 0)))), events: []ev{{TopicRecreated, "t", 0, 1, 7, 2, 0}}, after: []le{{"t", 0, 2, 0}}},
+				{hint: &le{"t", 0, 1, 8}, hintID: A, events: []ev{}, after: []le{{"t", 0, 2, 0}}},
+				{in: from(2, answer(tp("t", B, p(0, 3, 1)))), events: []ev{{LeaderChanged, "t", 0, 2, 0, 3, 1}}, after: []le{{"t", 0, 3, 1}}},
+				// the cached incarnation's own hints, and those of
+				// requests that named the topic by name, still apply
+				{hint: &le{"t", 0, 1, 2}, hintID: B, events: []ev{{LeaderChanged, "t", 0, 3, 1, 1, 2}}, after: []le{{"t", 0, 1, 2}}},
+				{hint: &le{"t", 0, 2, 3}, events: []ev{{LeaderChanged, "t", 0, 1, 2, 2, 3}}, after: []le{{"t", 0, 2, 3}}},
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -361,7 +381,7 @@ func TestMerge(t *testing.T) {
 				var events []Event
 				if s.hint != nil {
 					var e *Event
-					st, e = applyHint(st, s.hint.topic, s.hint.partition, s.hint.leader, s.hint.epoch)
+					st, e = applyHint(st, s.hint.topic, s.hintID, s.hint.partition, s.hint.leader, s.hint.epoch)
 					if e != nil {
 						events = []Event{*e}
 						if e.Source != FromHint {
@@ -539,7 +559,7 @@ func TestMergeInvariants(t *testing.T) {
 			switch k := rng.IntN(20); {
 			case k < 4:
 				var e *Event
-				next, e = applyHint(st, "t", int32(rng.IntN(3)), int32(rng.IntN(4)-1), int32(rng.IntN(10)-1))
+				next, e = applyHint(st, "t", TopicID{}, int32(rng.IntN(3)), int32(rng.IntN(4)-1), int32(rng.IntN(10)-1))
 				events = eventsOf(e)
 			case k == 4:
 				tid = id(byte(rng.IntN(3) + 1))

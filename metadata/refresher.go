@@ -221,15 +221,20 @@ func (r *Refresher) Refresh(ctx context.Context, reason Reason) error {
 // answer carrying NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH) directly to
 // the cache, without a round trip. It is applied, and a LeaderChanged event
 // with Source FromHint emitted, only if the partition is cached, leader and
-// epoch are not -1, and epoch is newer than the cached epoch. It reports
-// whether it was applied.
-func (r *Refresher) ApplyHint(topic string, partition, leader, epoch int32) bool {
+// epoch are not -1, epoch is newer than the cached epoch, and id (the topic
+// ID the answered request named; zero if it named the topic by name only)
+// is zero or the cached topic's ID: a hint about another incarnation of the
+// topic (deleted and recreated since the request was sent, or answered by a
+// broker still serving the old one) carries that incarnation's epochs,
+// which would hold the new one's partition back. It reports whether it was
+// applied.
+func (r *Refresher) ApplyHint(topic string, id TopicID, partition, leader, epoch int32) bool {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	if r.isClosed() {
 		return false
 	}
-	next, ev := applyHint(r.cur.Load(), topic, partition, leader, epoch)
+	next, ev := applyHint(r.cur.Load(), topic, id, partition, leader, epoch)
 	if ev == nil {
 		return false
 	}

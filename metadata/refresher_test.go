@@ -503,7 +503,7 @@ func TestRefresherWaitFor(t *testing.T) {
 		defer r.mu.Unlock()
 		return r.pending&ReasonWait != 0
 	})
-	if !r.ApplyHint("t", 0, 3, 6) {
+	if !r.ApplyHint("t", TopicID{}, 0, 3, 6) {
 		t.Fatal("hint not applied")
 	}
 	if got := <-res; got.err != nil || got.p.Leader != 3 || got.p.LeaderEpoch != 6 {

@@ -59,6 +59,9 @@ type pbatch struct {
 	ref      BatchRef
 	assigned bool
 	epoch    int32 // leader epoch from metadata at the last send
+	// topicID is the topic incarnation the last send named (zero: the
+	// brokers send no IDs). An answer is about that incarnation's log.
+	topicID  [16]byte
 	retryAt  time.Time
 	maybe    bool // an attempt ended without a definite answer (non-idempotent)
 	recovery Outcome

@@ -25,6 +25,16 @@ func (p *Producer) applyLocked(d Decision) {
 			continue
 		}
 		delete(p.batches, a.Batch)
+		if p.replacedLocked(b) {
+			// Acknowledged by a deleted incarnation (its answer was
+			// handled after metadata learned of the new one): nothing of
+			// it is in the topic now, nor in the ack ledger, which forgot
+			// the partition at the recreation.
+			if !a.AfterFailure {
+				p.finishLocked(b, replacedErr(b, a.BaseOffset), -1, nil)
+			}
+			continue
+		}
 		if a.BaseOffset >= 0 {
 			_ = p.ledger.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records), LeaderEpoch: b.epoch,
 				Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence})

@@ -52,7 +52,12 @@ type Result struct {
 	// unknown.
 	LeaderEpoch int32
 	// Err is nil when the record was acknowledged. A record whose Err
-	// matches errors.ErrUnknownOutcome may nevertheless be in the log.
+	// matches errors.ErrUnknownOutcome may nevertheless be in the log. One
+	// whose Err matches errors.ErrTopicIDChanged was acknowledged by a
+	// topic incarnation deleted since (its answer came after the producer
+	// learned of the new one): it is not in the topic now and is not sent
+	// again; the *errors.PartitionError's Offset is its batch's offset in
+	// the deleted log.
 	Err error
 	// Recovery is the last KIP-360 outcome of the record's batch, if a
 	// recovery touched it (ResequencedNoLoss or PossibleDuplicate): a

@@ -293,7 +293,7 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 			}
 		}
 		if x, ok := s.nextBatch(ps, now, later); ok {
-			x.b.epoch = ps.epoch
+			x.b.epoch, x.b.topicID = ps.epoch, ps.topicID
 			x.topicID = ps.topicID
 			out = append(out, x)
 		}
@@ -487,6 +487,7 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 			others = true
 		}
 		res := ProduceResult{Delivery: Answered, BaseOffset: -1, LogStartOffset: -1}
+		err := err
 		switch {
 		case err != nil:
 			res.Delivery = NoResponse
@@ -498,20 +499,25 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		default:
 			found := false
 			for _, t := range resp.Topics {
-				if t.Topic != x.ps.tp.Topic && t.TopicID != x.ps.topicID {
+				if !answersTopic(t, x) {
 					continue
 				}
 				for _, rp := range t.Partitions {
 					if rp.Partition == x.ps.tp.Partition {
 						res.Code, res.BaseOffset, res.LogStartOffset, found = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset, true
 						if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
-							p.meta.ApplyHint(x.ps.tp.Topic, x.ps.tp.Partition, rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch)
+							// The hint is about the incarnation the request
+							// named: ignored if the cache moved on.
+							p.meta.ApplyHint(x.ps.tp.Topic, x.topicID, x.ps.tp.Partition, rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch)
 						}
 					}
 				}
 			}
 			if !found {
+				// The broker answered the request without this partition:
+				// nothing says whether it was appended.
 				res.Delivery = NoResponse
+				err = errMissingAnswer
 			}
 		}
 		if res.Code != 0 || res.Delivery != Answered {
@@ -530,6 +536,12 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		if p.seq != nil {
 			d := p.seq.Complete(x.ref, res)
 			if d.Bump != nil || d.NeedProducerID || d.Fatal != nil || d.Abortable != nil || len(d.Outcomes) > 0 || len(d.Split) > 0 {
+				others = true
+			}
+			if p.txn != nil && d.Abortable == nil && res.Delivery == Answered && res.Code == 0 && p.replacedLocked(x.b) {
+				// Acknowledged by a deleted incarnation: the record is
+				// reported failed, so the transaction cannot commit.
+				d.Abortable = &AbortableError{Err: errors.ErrTopicIDChanged}
 				others = true
 			}
 			p.applyLocked(d)
@@ -558,6 +570,40 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 	p.mu.Unlock()
 }
 
+// answersTopic reports whether t, a topic of a Produce answer, is the
+// answer for x's topic: by the topic ID x's request named (Produce v13+
+// answers name topics by ID only), else by name. An answer is always about
+// the incarnation its request named, whatever metadata learned since.
+func answersTopic(t kmsg.ProduceResponseTopic, x sent) bool {
+	if x.topicID != ([16]byte{}) && t.TopicID != ([16]byte{}) {
+		return t.TopicID == x.topicID
+	}
+	return t.Topic == x.ps.tp.Topic
+}
+
+// errMissingAnswer: a Produce answer that leaves out a partition its
+// request named.
+var errMissingAnswer = errors.New("kepoch: produce answer without the partition")
+
+// replacedLocked reports whether b was last sent to a topic incarnation
+// that metadata has since seen replaced (the topic was deleted and
+// created again): an answer to that send is about the deleted log.
+func (p *Producer) replacedLocked(b *pbatch) bool {
+	if b.topicID == ([16]byte{}) {
+		return false
+	}
+	ps := p.parts[b.tp]
+	return ps != nil && ps.topicID != ([16]byte{}) && ps.topicID != b.topicID
+}
+
+// replacedErr is the report of a batch acknowledged (at base) by a topic
+// incarnation that was deleted since: it was written once, to a log that
+// no longer exists, and is not in the topic the producer now writes to. It
+// is not sent again: the application decides whether to produce it anew.
+func replacedErr(b *pbatch, base int64) error {
+	return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: base, LeaderEpoch: b.epoch, Err: errors.ErrTopicIDChanged}
+}
+
 // completePlain finishes a batch of a non-idempotent producer: retried on a
 // retriable error while its delivery deadline allows (a retry may duplicate
 // it if the failed attempt was written), else failed.
@@ -566,6 +612,10 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 	b := x.b
 	if res.Delivery == Answered && res.Code == 0 {
 		x.ps.inflight = nil
+		if p.replacedLocked(b) {
+			p.finishLocked(b, replacedErr(b, res.BaseOffset), -1, nil)
+			return
+		}
 		if p.cfg.acks != AcksNone && res.BaseOffset >= 0 {
 			_ = p.ledger.Record(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch, Producer: NoProducerID, FirstSequence: -1})
 		}
