@@ -80,8 +80,8 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 	// Fast path: the topic Produce saw last, indexed by partition.
 	if tp.Topic == p.lastTopic && tp.Partition >= 0 && int(tp.Partition) < len(p.lastParts) {
 		if ps := p.lastParts[tp.Partition]; ps != nil {
-			if topicID != ([16]byte{}) {
-				ps.topicID = topicID
+			if topicID != ps.topicID {
+				p.setTopicIDLocked(ps, topicID)
 			}
 			return ps
 		}
@@ -99,10 +99,30 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 		p.sinkLocked(ps.leader)
 		p.cachePstateLocked(ps)
 	}
-	if topicID != ([16]byte{}) {
-		ps.topicID = topicID
-	}
+	p.setTopicIDLocked(ps, topicID)
 	return ps
+}
+
+// setTopicIDLocked makes id (unless zero: unknown) the topic incarnation
+// ps's requests name. Another ID than the one ps named is a new incarnation
+// of the topic (metadata adopts topic IDs only forward): the partition's
+// sequences start afresh for it (Sequencer.NewIncarnation), before
+// anything is sent to it.
+func (p *Producer) setTopicIDLocked(ps *pstate, id [16]byte) {
+	if id == ([16]byte{}) || id == ps.topicID {
+		return
+	}
+	old := ps.topicID
+	ps.topicID = id
+	if old == ([16]byte{}) || p.seq == nil {
+		return
+	}
+	d := p.seq.NewIncarnation(ps.tp)
+	p.applyLocked(d)
+	if p.txn != nil && !d.Empty() {
+		p.txnStepLocked(p.txn.HandleProduce(d))
+	}
+	p.wakeSinksLocked()
 }
 
 // cachePstateLocked makes ps the fast path's.

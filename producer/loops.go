@@ -256,9 +256,7 @@ func (p *Producer) metadataLoop() {
 				}
 			}
 			ps.leader, ps.epoch = ev.Leader, ev.LeaderEpoch
-			if ev.TopicID != (metadata.TopicID{}) {
-				ps.topicID = ev.TopicID
-			}
+			p.setTopicIDLocked(ps, ev.TopicID)
 			p.sinkLocked(ev.Leader).wakeUp()
 			if ev.LeaderEpoch >= 0 {
 				if q, ok := p.ledger.ObserveLeaderEpoch(tp, ev.LeaderEpoch); ok {

@@ -61,7 +61,11 @@ type Result struct {
 	Err error
 	// Recovery is the last KIP-360 outcome of the record's batch, if a
 	// recovery touched it (ResequencedNoLoss or PossibleDuplicate): a
-	// PossibleDuplicate record may be in the log twice.
+	// PossibleDuplicate record may be in the log twice, or, when its
+	// Cause.Err matches errors.ErrTopicIDChanged, may also have been in
+	// the log of the topic incarnation deleted since (the record is
+	// acknowledged by the new one; a consumer that read the deleted log
+	// may have seen it there).
 	Recovery Outcome
 }
 

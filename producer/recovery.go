@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	kepocherrors "github.com/kepoch/kepoch/errors"
 )
 
 // Delivery says how a Produce attempt ended for one batch.
@@ -148,6 +150,8 @@ func codeError(code int16) error {
 //	INVALID_PRODUCER_EPOCH               rewrite under a new producer ID          Failed; abortable, bump after abort
 //	INVALID_PRODUCER_ID_MAPPING          rewrite under a new producer ID          Failed; abortable, bump, skip EndTxn
 //	any of the four above, stale         joins the bump already made: rewrite     (see transactional rows)
+//	any of the four above, answering a   resend (the batch starts afresh in the   same, no abort
+//	  send to a replaced incarnation     new incarnation: NewIncarnation)
 //	MESSAGE_TOO_LARGE, RECORD_LIST_      Split if > 1 record and never            same (Failed + abortable when
 //	  TOO_LARGE                          maybe-written, else Failed                 not split)
 //	TRANSACTION_ABORTABLE, INVALID_      Failed                                   Failed; abortable, bump after abort
@@ -209,6 +213,16 @@ func (s *Sequencer) Complete(ref BatchRef, r ProduceResult) Decision {
 func (s *Sequencer) answer(b *batch, r ProduceResult, d *Decision) {
 	c := classify(r.Code)
 	cause := Cause{TP: b.part.tp, Err: codeError(r.Code)}
+	if b.inc != b.part.inc {
+		switch c {
+		case classOutOfOrder, classUnknownProducer, classInvalidEpoch, classInvalidMapping:
+			// About the producer state of a deleted incarnation, and a
+			// definite refusal: the batch starts afresh in the new one
+			// (NewIncarnation), with no gap and no new identity.
+			s.resend(b, false, d)
+			return
+		}
+	}
 	switch c {
 	case classOK:
 		s.ack(b, r.BaseOffset, r.LogStartOffset, d)
@@ -469,7 +483,7 @@ func (s *Sequencer) settle(p *partition, d *Decision) {
 		return
 	}
 	p.resolveAppended(s)
-	if p.hasAbandoned() && !p.needNewIdentity {
+	if p.hasAbandoned() && !p.needNewIdentity && !p.restart {
 		if p.rewrite || !p.rollbackTail(s) {
 			p.markRewrite(p.abandonedCause(), true, false)
 		}
@@ -523,6 +537,13 @@ func (s *Sequencer) bump(p *partition, d *Decision) {
 // identity; failed and acknowledged batches are dropped.
 func (s *Sequencer) rewrite(p *partition, d *Decision) {
 	p.reset(s.producer)
+	if p.restart {
+		// Nothing acknowledged by the deleted incarnation is in the new
+		// one: its offsets mean nothing there.
+		p.lastAckedOffset = -1
+		p.lastAppend = time.Time{}
+		p.restart = false
+	}
 	kept := p.inflight[:0]
 	for _, b := range p.inflight {
 		if b.disp == acked || b.disp == abandoned {
@@ -651,6 +672,46 @@ func (s *Sequencer) Abandon(ref BatchRef, err error) Decision {
 		s.enterFailing(err, true, false, &d)
 	}
 	s.settle(b.part, &d)
+	if s.producer != before {
+		s.settleAll(&d)
+	}
+	return d
+}
+
+// NewIncarnation tells the Sequencer that tp's topic was deleted and
+// created again (metadata names a new topic ID for it): call it when the
+// I/O layer adopts the new ID, before anything is sent to it. The new
+// partition holds no state for this producer, so it accepts sequence 0
+// under the current identity and refuses any other first sequence; tp's
+// sequences therefore start afresh, with no gap reported and no bump.
+//
+// Once no request of tp is outstanding (answers to requests that named the
+// deleted incarnation are about its log: acknowledgements are acknowledged,
+// and OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
+// INVALID_PRODUCER_EPOCH and INVALID_PRODUCER_ID_MAPPING are definite
+// refusals that need no new identity), tp's remaining batches are
+// resequenced from 0 under the current identity, in order, each reported
+// with Cause errors.ErrTopicIDChanged: ResequencedNoLoss when every attempt
+// was definitely refused, PossibleDuplicate when some attempt on the
+// deleted incarnation had no definite answer (the deleted log may have held
+// it, and a consumer may have read it there). Until then tp sends nothing,
+// so no batch reaches the new incarnation with a sequence of the old one.
+// Batches failed on the deleted incarnation leave no gap in the new one.
+func (s *Sequencer) NewIncarnation(tp TopicPartition) Decision {
+	var d Decision
+	p := s.parts[tp]
+	if p == nil || s.fatal != nil {
+		return d
+	}
+	p.inc++
+	p.restart = true
+	p.rewrite = true
+	p.cause = Cause{TP: tp, Err: kepocherrors.ErrTopicIDChanged}
+	// A new identity the deleted incarnation called for is not needed in
+	// the new one; a new producer ID still is.
+	p.needNewIdentity = p.newPID
+	before := s.producer
+	s.settle(p, &d)
 	if s.producer != before {
 		s.settleAll(&d)
 	}

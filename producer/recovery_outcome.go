@@ -45,6 +45,14 @@ type ResequencedNoLoss struct {
 // is sent again under a new identity that the broker cannot match against the
 // old one. Its records may appear twice in the log: once under From (if that
 // attempt was appended) and once under To.
+//
+// When Cause.Err is errors.ErrTopicIDChanged, the attempt without a definite
+// answer was sent to a topic incarnation that has since been deleted and
+// the batch is sent to the new one (Sequencer.NewIncarnation): the topic
+// now holds it at most once, since the deleted log is gone, but a consumer
+// that read the deleted incarnation before the deletion may have seen it
+// there too. For anything downstream of such a consumer it may be
+// delivered twice.
 type PossibleDuplicate struct {
 	Batch    BatchRef
 	TP       TopicPartition
@@ -58,8 +66,12 @@ type PossibleDuplicate struct {
 // had acknowledged everything before it under the same identity: its producer
 // state no longer holds the acknowledged writes, so at least the write
 // acknowledged at LastAckedOffset (sequence LastAckedSequence of Producer) is
-// gone, typically truncated by an unclean leader election, or the topic was
-// deleted and recreated. The sequence state cannot tell how many earlier
+// gone, typically truncated by an unclean leader election. (A topic deleted
+// and created again is not a gap: once metadata names the new incarnation,
+// the partition's sequences start afresh there, Sequencer.NewIncarnation.
+// Only if requests name no topic IDs, so that a request built for the old
+// incarnation can reach the new one, does the new log's refusal show up
+// here.) The sequence state cannot tell how many earlier
 // acknowledged writes went with it: CheckAckedWrites in the same Decision asks
 // the I/O layer to run the AckLedger check, which reports exact offsets
 // (AckedWritesLost).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	kepocherrors "github.com/kepoch/kepoch/errors"
 )
 
 // kinds describes outcomes as "Kind(batch)" / "Kind" strings, with batch
@@ -730,4 +732,112 @@ func TestGapNamesLatestAcknowledgedWrite(t *testing.T) {
 	if len(g) != 1 || g[0].LastAckedSequence != 4 || g[0].LastAckedOffset != 4 || g[0].RejectedSequence != 2 {
 		t.Fatalf("gap %+v", d.Outcomes)
 	}
+}
+
+// TestNewIncarnationRestartsSequences: five batches on the wire to a topic
+// incarnation that is then replaced. Their answers are about the deleted
+// log: b1's out-of-order refusal is no gap and asks for no bump, b2 (no
+// answer) may be in the deleted log, b3 was acknowledged there, b4's
+// unknown producer needs no new identity, b5 met the deleted topic ID. Once
+// they are in,
+// the remaining batches are resequenced from 0 under the same identity, in
+// order, and new batches follow them.
+func TestNewIncarnationRestartsSequences(t *testing.T) {
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
+			h := newHarness(t, Config{Transactional: txn}, pid)
+			r0, _ := h.assign(tp0, 1)
+			h.ok(r0, 10)
+			b := make([]BatchRef, 5)
+			names := map[BatchRef]string{}
+			for i := range b {
+				b[i], _ = h.assign(tp0, 1)
+				names[b[i]] = fmt.Sprintf("b%d", i+1)
+			}
+			var d Decision
+			d.Merge(h.s.NewIncarnation(tp0))
+			if _, _, err := h.s.Assign(tp0, 1, time.Time{}); !errors.Is(err, ErrPartitionRecovering) {
+				t.Fatalf("Assign while the old incarnation's answers are due: %v", err)
+			}
+			h.noResend(tp0)
+			d.Merge(h.s.Complete(b[0], oosn))
+			d.Merge(h.s.Complete(b[1], ProduceResult{Delivery: NoResponse}))
+			d.Merge(h.s.Complete(b[2], okAt(13)))
+			d.Merge(h.s.Complete(b[3], answered(kerr.UnknownProducerID.Code)))
+			d.Merge(h.s.Complete(b[4], answered(kerr.UnknownTopicID.Code)))
+			if d.Bump != nil || h.s.Bumps() != 0 || d.Abortable != nil || len(d.CheckAckedWrites) != 0 || h.s.Producer() != pid {
+				t.Fatalf("decision %+v", d)
+			}
+			if got := kinds(d, names); got != "ResequencedNoLoss(b1) PossibleDuplicate(b2) ResequencedNoLoss(b4) ResequencedNoLoss(b5)" {
+				t.Fatalf("outcomes %s", got)
+			}
+			for _, o := range d.Outcomes {
+				var c Cause
+				switch o := o.(type) {
+				case ResequencedNoLoss:
+					c = o.Cause
+				case PossibleDuplicate:
+					c = o.Cause
+				default:
+					continue
+				}
+				if !errors.Is(c.Err, kepocherrors.ErrTopicIDChanged) {
+					t.Fatalf("outcome %+v: cause %v", o, c)
+				}
+			}
+			if len(d.Acks) != 1 || d.Acks[0].Batch != b[2] {
+				t.Fatalf("acks %+v", d.Acks)
+			}
+			if h.s.NeedsBump() {
+				t.Fatal("NeedsBump after a restart for a new incarnation")
+			}
+			for i, r := range []BatchRef{b[0], b[1], b[3], b[4]} {
+				h.resend(tp0, r, id(pid, int32(i)))
+				h.noResend(tp0) // nothing acknowledged in the new incarnation yet: one at a time
+				h.ok(r, int64(i))
+			}
+			if _, got := h.assign(tp0, 1); got != id(pid, 4) {
+				t.Fatalf("next batch %v", got)
+			}
+			if st := h.state(tp0); st.LastAckedOffset != 3 || st.LastAckedSequence != 3 {
+				t.Fatalf("state %+v", st)
+			}
+		})
+	}
+}
+
+// TestNewIncarnationIdle: with nothing in flight, the next batch simply
+// starts at sequence 0 in the new incarnation.
+func TestNewIncarnationIdle(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r0, _ := h.assign(tp0, 3)
+	h.ok(r0, 10)
+	if d := h.s.NewIncarnation(tp0); !d.Empty() {
+		t.Fatalf("decision %+v", d)
+	}
+	if _, got := h.assign(tp0, 1); got != id(pid, 0) {
+		t.Fatalf("first batch of the new incarnation %v", got)
+	}
+	if st := h.state(tp0); st.LastAckedOffset != -1 || st.LastAckedSequence != -1 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestNewIncarnationDropsOldGaps: a batch refused for good by the deleted
+// incarnation ahead of one still due leaves a sequence gap there, which
+// would call for a bump; in the new incarnation it leaves none.
+func TestNewIncarnationDropsOldGaps(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	h.warm(tp0, 1)
+	r1, _ := h.assign(tp0, 1)
+	r2, _ := h.assign(tp0, 1)
+	names := map[BatchRef]string{r1: "b1", r2: "b2"}
+	var d Decision
+	d.Merge(h.s.Complete(r1, answered(kerr.InvalidRecord.Code)))
+	d.Merge(h.s.NewIncarnation(tp0))
+	d.Merge(h.s.Complete(r2, ProduceResult{Delivery: NoResponse}))
+	if got := kinds(d, names); got != "Failed(b1) PossibleDuplicate(b2)" || d.Bump != nil || h.s.Bumps() != 0 {
+		t.Fatalf("outcomes %s, bump %+v", got, d.Bump)
+	}
+	h.resend(tp0, r2, id(pid, 0))
 }

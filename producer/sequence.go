@@ -178,6 +178,9 @@ type batch struct {
 	assignedAt time.Time
 	// gen is the partition's generation at the batch's latest send.
 	gen uint64
+	// inc is the partition's incarnation at the batch's latest send: the
+	// answer to that send is about that incarnation's log.
+	inc uint64
 }
 
 func (b *batch) lastSequence() int32 { return LastSequence(b.id.BaseSequence, b.records) }
@@ -225,6 +228,12 @@ type partition struct {
 	// acknowledgement from a former leader proves nothing about the new
 	// one).
 	gen uint64
+	// inc counts the topic incarnations the partition has seen
+	// (NewIncarnation). restart: the sequences start afresh for the
+	// current incarnation once nothing is outstanding (a rewrite that
+	// needs no new identity: the new partition holds no producer state).
+	inc     uint64
+	restart bool
 }
 
 func (p *partition) reset(id ProducerID) {
@@ -305,6 +314,7 @@ func (p *partition) popAcked(s *Sequencer) {
 //
 //	SetProducer(pid)                  after InitProducerId
 //	LeaderChanged(tp)                 when metadata shows a new leader or leader epoch for tp
+//	d := NewIncarnation(tp)           when metadata shows tp's topic deleted and created again
 //	ref, id, err := AssignAt(tp, n, now, dl) when it puts a new batch of n records into a request
 //	                                  (err: not now); stamp id into the batch header
 //	ref, id, ok := NextResend(tp)     before building a request: a retry to send first;
@@ -444,6 +454,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		attempts:    1,
 		assignedAt:  now,
 		gen:         p.gen,
+		inc:         p.inc,
 	}
 	p.nextSeq = NextSequence(p.nextSeq, records)
 	p.inflight = append(p.inflight, b)
@@ -497,6 +508,7 @@ func (s *Sequencer) Sent(ref BatchRef) error {
 	b.outstanding = true
 	b.attempts++
 	b.gen = b.part.gen
+	b.inc = b.part.inc
 	return nil
 }
 
@@ -541,6 +553,7 @@ func (s *Sequencer) Split(ref BatchRef, counts []int32) ([]BatchRef, error) {
 			disp:       active,
 			attempts:   b.attempts,
 			assignedAt: b.assignedAt,
+			inc:        b.inc,
 		}
 		seq = NextSequence(seq, c)
 		s.batches[parts[i].ref] = parts[i]
@@ -595,6 +608,14 @@ func (s *Sequencer) Drained() bool { return s.Outstanding() == 0 && s.Pending() 
 // epoch after an abort when this is true.
 func (s *Sequencer) NeedsBump() bool {
 	for _, p := range s.order {
+		if p.restart {
+			// Its sequences start afresh in a new topic incarnation,
+			// which holds no state for the producer.
+			if p.needNewIdentity {
+				return true
+			}
+			continue
+		}
 		if p.rewrite || p.hasAbandoned() {
 			return true
 		}
