@@ -94,12 +94,17 @@ type group struct {
 	memberID   string
 	generation int32 // classic generation or KIP-848 member epoch; -1 when none
 	owned      tpSet
-	assigning  tpSet         // partitions assignParts is adding (reading their offsets)
-	rejoin     chan struct{} // capacity 1: the subscription changed
-	closed     bool
-	closeErrs  []error // commits of revocations that failed while Close waited
-	unwatch    func()  // the topics the member loop watches
-	watched    []string
+	// ownedAt names each owned partition's assignment (ownSeq when it
+	// was added): a commit made while the member owned a partition is
+	// sent only within that same assignment.
+	ownedAt   map[TopicPartition]uint64
+	ownSeq    uint64
+	assigning tpSet         // partitions assignParts is adding (reading their offsets)
+	rejoin    chan struct{} // capacity 1: the subscription changed
+	closed    bool
+	closeErrs []error // commits of revocations that failed while Close waited
+	unwatch   func()  // the topics the member loop watches
+	watched   []string
 	// contact is when the latest classic request the coordinator answered
 	// was sent: it knew the member alive then.
 	contact time.Time
@@ -118,6 +123,7 @@ func newGroup(c *Consumer) *group {
 		cfg:         &c.cfg.group,
 		generation:  -1,
 		owned:       tpSet{},
+		ownedAt:     map[TopicPartition]uint64{},
 		assigning:   tpSet{},
 		rejoin:      make(chan struct{}, 1),
 		idOf:        map[string][16]byte{},
@@ -346,8 +352,10 @@ func (g *group) assignParts(ctx context.Context, tps tpSet) error {
 		return err
 	}
 	g.mu.Lock()
+	g.ownSeq++
 	for _, tp := range list {
 		g.owned.add(tp)
+		g.ownedAt[tp] = g.ownSeq
 	}
 	g.mu.Unlock()
 	if fn := g.cfg.onAssigned; fn != nil {
@@ -405,6 +413,17 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 	if fn != nil {
 		fn(ctx, list)
 	}
+	if !lost {
+		// The commits queued until now (the application's, made while
+		// it owned the partitions, OnRevoked's included) are answered
+		// before the partitions are released: sent later, a commit made
+		// with an older member epoch is accepted by a KIP-1251
+		// coordinator over the next owner's. One still unsent after
+		// this wait is refused when it is reached (ErrCommitNotOwned).
+		bctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
+		_ = g.commitWaitFor(bctx, func() map[TopicPartition]OffsetAndMetadata { return nil })
+		cancel()
+	}
 	c.mu.Lock()
 	c.removePartsLocked(list)
 	for _, tp := range list {
@@ -415,6 +434,7 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 	g.mu.Lock()
 	for _, tp := range list {
 		delete(g.owned, tp)
+		delete(g.ownedAt, tp)
 	}
 	g.mu.Unlock()
 }

@@ -27,6 +27,19 @@ import (
 // (OffsetCommit v6+), so a consumer restarting from it validates it against
 // the leader before fetching (KIP-320).
 //
+// Ownership. The coordinator checks a commit's generation (member epoch),
+// not who owns its partitions, so in a subscribed group an explicit commit
+// names only partitions the member owns: judged when the commit is made
+// (with the generation it carries, under the same lock), and again when it
+// is sent, in the same assignment (group.ownedAt; a partition revoked and
+// assigned again is another assignment). A revocation waits, after
+// OnRevoked, for the commits queued before that point to be answered, so
+// a commit made while the member owned a partition reaches the
+// coordinator before the partition is released; one still queued after
+// that wait (bounded by the rebalance timeout), or made in a membership
+// that lost it, is refused with ErrCommitNotOwned. Standalone commits (no
+// Subscribe) own nothing and are not judged.
+//
 // Hygiene (peers.md §5 item 9): autocommit commits only partitions that
 // are fetching (never one awaiting validation, resetting or halted), and
 // only what Poll returned; an explicit commit of an offset past the
@@ -44,6 +57,16 @@ var ErrCommitWithoutEpoch = errors.New("kepoch: commit without a leader epoch re
 // reset) or that halted on a truncation.
 var ErrCommitPendingValidation = errors.New("kepoch: commit past a position awaiting validation refused")
 
+// ErrCommitNotOwned refuses an explicit commit (CommitSync, CommitAsync),
+// in a group the consumer subscribed in, of a partition the member does
+// not own when the commit is made: revoked, lost, never assigned, or not
+// yet assigned (before OnAssigned). The coordinator checks only the
+// generation (KIP-848: the member epoch), not who owns the partition, so
+// it would store the commit over the partition's new owner's: an older
+// offset makes the owner's records be read again after a restart, a newer
+// one skips records nobody processed.
+var ErrCommitNotOwned = errors.New("kepoch: commit of a partition the group member does not own refused")
+
 // commitReq is one queued commit.
 type commitReq struct {
 	ctx     context.Context
@@ -53,11 +76,64 @@ type commitReq struct {
 	compute func() map[TopicPartition]OffsetAndMetadata
 	pre     []error // partitions refused before sending
 	done    func(map[TopicPartition]OffsetAndMetadata, error)
+	// explicit marks the application's own commit (CommitSync,
+	// CommitAsync): in a subscribed group, the partitions the member does
+	// not own when it is queued are refused (ErrCommitNotOwned).
+	explicit bool
 	// The membership the commit was made in: taken when it is queued, or
-	// when compute runs.
+	// when compute runs. owners names the assignment (group.ownedAt) of
+	// each partition of the commit the member owned then.
 	gen        int32
 	member     string
 	subscribed bool
+	owners     map[TopicPartition]uint64
+}
+
+// takeMembershipLocked records in r the membership of this moment (g.mu
+// held). An explicit commit in a subscribed group loses the partitions the
+// member does not own now: they are refused (ErrCommitNotOwned).
+func (g *group) takeMembershipLocked(r *commitReq) {
+	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+	if !r.subscribed {
+		return
+	}
+	r.owners = make(map[TopicPartition]uint64, len(r.offsets))
+	for _, tp := range sortedKeys(r.offsets) {
+		at, owned := g.ownedAt[tp]
+		switch {
+		case owned && r.gen >= 0:
+			r.owners[tp] = at
+		case r.explicit:
+			r.pre = append(r.pre, commitErr(tp, r.offsets[tp], ErrCommitNotOwned))
+			delete(r.offsets, tp)
+		}
+	}
+}
+
+// ownsLocked reports whether the member still owns tp in the assignment
+// the commit r was made in (g.mu held).
+func (g *group) ownsLocked(r *commitReq, tp TopicPartition) bool {
+	at, ok := r.owners[tp]
+	return ok && g.generation >= 0 && g.memberID == r.member && g.ownedAt[tp] == at
+}
+
+// dropUnowned refuses, before r is sent, the partitions of an explicit
+// commit that the member no longer owns in the assignment the commit was
+// made in (revoked or lost while it waited behind other commits): sent
+// with the generation it was made in, a KIP-1251 coordinator stores it
+// over the next owner's commit.
+func (g *group) dropUnowned(r *commitReq) {
+	if !r.explicit || !r.subscribed {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, tp := range sortedKeys(r.offsets) {
+		if !g.ownsLocked(r, tp) {
+			r.pre = append(r.pre, commitErr(tp, r.offsets[tp], ErrCommitNotOwned))
+			delete(r.offsets, tp)
+		}
+	}
 }
 
 // commitQueue is the FIFO of commits the commit loop serves.
@@ -71,7 +147,7 @@ type commitQueue struct {
 func (g *group) enqueue(r *commitReq) {
 	if r.compute == nil {
 		g.mu.Lock()
-		r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+		g.takeMembershipLocked(r)
 		g.mu.Unlock()
 	}
 	g.commits.mu.Lock()
@@ -126,6 +202,7 @@ func (g *group) commitLoop() {
 			if r.compute != nil {
 				g.resolve(r)
 			}
+			g.dropUnowned(r)
 			if len(r.offsets) > 0 {
 				ctx, cancel := context.WithCancel(r.ctx)
 				stop := context.AfterFunc(c.ctx, cancel)
@@ -147,7 +224,7 @@ func (g *group) resolve(r *commitReq) {
 	defer c.mu.Unlock()
 	r.offsets = r.compute()
 	g.mu.Lock()
-	r.gen, r.member, r.subscribed = g.generation, g.memberID, g.subscribed
+	g.takeMembershipLocked(r)
 	g.mu.Unlock()
 }
 
@@ -179,6 +256,14 @@ func (g *group) await(ctx context.Context, r *commitReq) error {
 // answer. A nil map commits every position Poll has returned (Consumed).
 // The error joins a *errors.PartitionError (Op "commit") per partition that
 // failed or was refused; the other partitions were committed.
+//
+// In a subscribed group (Subscribe), a partition the member does not own
+// when CommitSync is called (revoked, lost, or not assigned yet: ownership
+// runs from OnAssigned to the end of OnRevoked; OnLost and a member
+// without a generation own nothing) is refused with ErrCommitNotOwned, as
+// is one revoked before its commit could be sent: committed, it would
+// overwrite the new owner's commit. Standalone commits (Group without
+// Subscribe) commit any partition.
 func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
 	g := c.grp
 	if g == nil {
@@ -191,7 +276,7 @@ func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]Of
 	if len(ok) == 0 {
 		return errors.Join(refused...)
 	}
-	return errors.Join(append(refused, g.commitWait(ctx, ok))...)
+	return errors.Join(append(refused, g.await(ctx, &commitReq{ctx: ctx, offsets: ok, explicit: true}))...)
 }
 
 // CommitAsync queues a commit of offsets (nil: everything Poll has
@@ -199,6 +284,14 @@ func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]Of
 // offsets sent and the result once the coordinator answered; done
 // callbacks run one at a time, in the order of the commits, on the
 // consumer's commit goroutine, and must not block.
+//
+// Partitions are refused as by CommitSync (their errors in done's error,
+// left out of the offsets sent): in a subscribed group, those the member
+// does not own when CommitAsync is called, and those revoked before the
+// commit could be sent. A revocation waits (up to the rebalance timeout),
+// after OnRevoked, for the commits queued before it to be answered, so a
+// commit queued while the member owned a partition, OnRevoked's included,
+// is normally sent before the partition is released.
 func (c *Consumer) CommitAsync(offsets map[TopicPartition]OffsetAndMetadata, done func(map[TopicPartition]OffsetAndMetadata, error)) {
 	g := c.grp
 	if done == nil {
@@ -212,7 +305,7 @@ func (c *Consumer) CommitAsync(offsets map[TopicPartition]OffsetAndMetadata, don
 		offsets = g.consumedOffsets()
 	}
 	ok, refused := g.screen(offsets)
-	g.enqueue(&commitReq{ctx: context.Background(), offsets: ok, pre: refused, done: done})
+	g.enqueue(&commitReq{ctx: context.Background(), offsets: ok, pre: refused, done: done, explicit: true})
 }
 
 // Consumed returns what CommitSync(ctx, nil) commits: for every fetching
@@ -422,11 +515,12 @@ func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
 			return err
 		}
 		// Retry with the new epoch only if the member is the same and
-		// still owns every partition of the commit.
+		// still owns every partition of the commit, in the assignment
+		// the commit was made in.
 		g.mu.Lock()
 		same := g.memberID == r.member && g.generation > 0
 		for tp := range offsets {
-			same = same && g.owned.has(tp)
+			same = same && g.ownsLocked(r, tp)
 		}
 		gen = g.generation
 		g.mu.Unlock()
