@@ -419,10 +419,22 @@ func (g *group) revokeParts(ctx context.Context, tps tpSet, commit, lost bool) {
 		// before the partitions are released: sent later, a commit made
 		// with an older member epoch is accepted by a KIP-1251
 		// coordinator over the next owner's. One still unsent after
-		// this wait is refused when it is reached (ErrCommitNotOwned).
+		// this wait is refused when it is reached (ErrCommitNotOwned):
+		// the commit goroutine ends the partitions' assignment for
+		// commits as it reaches the wait, so whatever is queued behind
+		// it is judged against that, whatever the order in which this
+		// goroutine and the commit goroutine go on.
+		release := func() {
+			g.mu.Lock()
+			for _, tp := range list {
+				delete(g.ownedAt, tp)
+			}
+			g.mu.Unlock()
+		}
 		bctx, cancel := context.WithTimeout(ctx, g.cfg.rebalanceTimeout)
-		_ = g.commitWaitFor(bctx, func() map[TopicPartition]OffsetAndMetadata { return nil })
+		_ = g.commitWaitFor(bctx, func() map[TopicPartition]OffsetAndMetadata { release(); return nil })
 		cancel()
+		release()
 	}
 	c.mu.Lock()
 	c.removePartsLocked(list)

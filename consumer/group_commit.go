@@ -35,9 +35,10 @@ import (
 // assigned again is another assignment). A revocation waits, after
 // OnRevoked, for the commits queued before that point to be answered, so
 // a commit made while the member owned a partition reaches the
-// coordinator before the partition is released; one still queued after
-// that wait (bounded by the rebalance timeout), or made in a membership
-// that lost it, is refused with ErrCommitNotOwned. Standalone commits (no
+// coordinator before the partition is released; the commit goroutine ends
+// the assignment as it reaches the wait, so one queued behind it, one still
+// queued when the wait gives up (the rebalance timeout), or one made in a
+// membership that lost it, is refused with ErrCommitNotOwned. Standalone commits (no
 // Subscribe) own nothing and are not judged.
 //
 // Hygiene (peers.md §5 item 9): autocommit commits only partitions that

@@ -190,6 +190,20 @@ func testCommitQueuedBeforeRevocation(t *testing.T, opts []consumer.Opt, kopts [
 	waitFor(t, 15*time.Second, "m1 revoked a partition", func() bool { return m1.log.ownedCount() == 1 || m2.log.ownedCount() == 1 })
 	time.Sleep(500 * time.Millisecond)
 	m2early := m2.log.ownedCount() == 1
+	// While m1's revocation waits for the commits queued before it, m1
+	// commits the partition it revoked: queued behind the wait, the
+	// commit is refused when reached.
+	late := make(chan error, 1)
+	if !m2early {
+		var r consumer.TopicPartition
+		m1.log.mu.Lock()
+		for tp := range m1.log.revokedAt {
+			r = tp
+		}
+		m1.log.mu.Unlock()
+		m1.cons.CommitAsync(map[consumer.TopicPartition]consumer.OffsetAndMetadata{r: {Offset: 20, LeaderEpoch: 0}},
+			func(_ map[consumer.TopicPartition]consumer.OffsetAndMetadata, err error) { late <- err })
+	}
 	committed2 := false
 	commit2 := func() consumer.TopicPartition {
 		var p consumer.TopicPartition
@@ -212,6 +226,11 @@ func testCommitQueuedBeforeRevocation(t *testing.T, opts []consumer.Opt, kopts [
 	close(release)
 	err1, err2 := <-ans, <-ans
 	t.Logf("m2 owned its partition before the release: %v; m1's commits: %v | %v", m2early, err1, err2)
+	if !m2early {
+		if err := <-late; !errors.Is(err, consumer.ErrCommitNotOwned) {
+			t.Fatalf("m1's commit made during its revocation's wait, of the partition revoked: %v, want ErrCommitNotOwned", err)
+		}
+	}
 	waitFor(t, 15*time.Second, "a partition each", func() bool { return m1.log.ownedCount() == 1 && m2.log.ownedCount() == 1 })
 	if !committed2 {
 		p = commit2()
