@@ -419,6 +419,12 @@ func TestReadReplicaExpires(t *testing.T) {
 	// Nothing is produced: the partition waits at the follower (long
 	// polls) until the replica expires.
 	waitFor(t, 5*time.Second, "the leader asked again", func() bool { return redirects() > n })
+	// The control counts the redirect as the leader answers it; the
+	// consumer takes the answer in a moment later.
+	waitFor(t, 5*time.Second, "the new redirect taken", func() bool {
+		rr, _ := cons.ReadReplica(topic, 0)
+		return rr.Preferred && rr.Until.After(first.Until)
+	})
 	again := checkReadReplica(t, cons, consumer.ReadReplica{Broker: follower, Leader: leader, Preferred: true, LastFrom: follower})
 	if !again.Until.After(first.Until) {
 		t.Fatalf("the new redirect did not restart the expiry: %v then %v", first.Until, again.Until)
