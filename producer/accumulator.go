@@ -117,10 +117,12 @@ func (p *Producer) setTopicIDLocked(ps *pstate, id [16]byte) {
 	if old == ([16]byte{}) || p.seq == nil {
 		return
 	}
-	d := p.seq.NewIncarnation(ps.tp)
-	p.applyLocked(d)
-	if p.txn != nil && !d.Empty() {
-		p.txnStepLocked(p.txn.HandleProduce(d))
+	if p.txn != nil {
+		// A batch of the open transaction acknowledged by the deleted
+		// incarnation makes it abortable (TxnState.NewIncarnation).
+		p.txnStepLocked(p.txn.NewIncarnation(ps.tp))
+	} else {
+		p.applyLocked(p.seq.NewIncarnation(ps.tp))
 	}
 	p.wakeSinksLocked()
 }

@@ -282,6 +282,7 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 	if b.assignedAt.After(p.lastAppend) {
 		p.lastAppend = b.assignedAt
 	}
+	p.ackedN = max(p.ackedN, b.n)
 	if offset >= 0 {
 		if last := offset + int64(b.records) - 1; last > p.lastAckedOffset {
 			p.lastAckedOffset = last
@@ -716,6 +717,13 @@ func (s *Sequencer) NewIncarnation(tp TopicPartition) Decision {
 		s.settleAll(&d)
 	}
 	return d
+}
+
+// ackedSince reports whether tp had a batch acknowledged among those
+// assigned after the first n (a transaction's: TxnState.assignedAtBegin).
+func (s *Sequencer) ackedSince(tp TopicPartition, n uint64) bool {
+	p := s.parts[tp]
+	return p != nil && p.ackedN > n
 }
 
 // SetProducer adopts a producer identity: the first one from InitProducerId,

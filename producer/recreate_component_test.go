@@ -291,3 +291,34 @@ func TestRecreatedTopicMaybeWrittenBatchIsPossibleDuplicate(t *testing.T) {
 		})
 	}
 }
+
+// In a transaction, a record the old incarnation acknowledged before the
+// topic was deleted and created again went with the deleted log: the
+// transaction cannot commit it, so it becomes abortable when the producer
+// learns of the new incarnation, and the next transaction commits to the
+// new one.
+func TestRecreatedTopicAbortsTransactionWithAckedRecord(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-recreate-acked")
+	ctx := testCtx(t, 20*time.Second)
+
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	newID := recreateTopic(t, c, 1)
+	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
+		_ = producer.RefreshMetadata(ctx, p)
+		return producer.PartitionTopicID(p, topic, 0) == newID
+	})
+	if err := p.CommitTransaction(ctx); !stderrors.Is(err, producer.ErrAbortRequired) || !stderrors.Is(err, errors.ErrTopicIDChanged) {
+		t.Fatalf("CommitTransaction: %v; want ErrAbortRequired wrapping ErrTopicIDChanged", err)
+	}
+	if err := p.AbortTransaction(ctx); err != nil {
+		t.Fatalf("AbortTransaction: %v", err)
+	}
+	commitTxn(t, ctx, p, prec(0, "b"))
+	if got := committedValues(t, c, 1); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("committed: %q; want [b]", got)
+	}
+}

@@ -181,6 +181,9 @@ type batch struct {
 	// inc is the partition's incarnation at the batch's latest send: the
 	// answer to that send is about that incarnation's log.
 	inc uint64
+	// n is the batch's place in assignment order (Sequencer.assigned once
+	// it was assigned; kept by its splits).
+	n uint64
 }
 
 func (b *batch) lastSequence() int32 { return LastSequence(b.id.BaseSequence, b.records) }
@@ -234,6 +237,9 @@ type partition struct {
 	// needs no new identity: the new partition holds no producer state).
 	inc     uint64
 	restart bool
+	// ackedN is the highest n of an acknowledged batch (0: none): whether
+	// the open transaction had a batch acknowledged here (ackedSince).
+	ackedN uint64
 }
 
 func (p *partition) reset(id ProducerID) {
@@ -455,6 +461,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		assignedAt:  now,
 		gen:         p.gen,
 		inc:         p.inc,
+		n:           s.assigned + 1,
 	}
 	p.nextSeq = NextSequence(p.nextSeq, records)
 	p.inflight = append(p.inflight, b)
@@ -554,6 +561,7 @@ func (s *Sequencer) Split(ref BatchRef, counts []int32) ([]BatchRef, error) {
 			attempts:   b.attempts,
 			assignedAt: b.assignedAt,
 			inc:        b.inc,
+			n:          b.n,
 		}
 		seq = NextSequence(seq, c)
 		s.batches[parts[i].ref] = parts[i]

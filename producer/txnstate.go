@@ -155,6 +155,7 @@ type TxnConfig struct {
 //	Begin()
 //	AddPartition(tp) / CanProduce(tp)    before producing to tp (TV1: AddPartitionsToTxn)
 //	HandleProduce(seq.Complete(…))       for every Produce decision
+//	NewIncarnation(tp)                   instead of seq.NewIncarnation(tp)
 //	HandleOffsets(…)                     for every AddOffsetsToTxn/TxnOffsetCommit attempt
 //	Commit() / Abort()                   then Poll() whenever the Sequencer drains
 //	HandleEndTxn(…), HandleInitProducerID(…)
@@ -501,6 +502,34 @@ func (t *TxnState) HandleProduce(d Decision) TxnStep {
 		step = t.Poll()
 	}
 	return step
+}
+
+// NewIncarnation tells the transaction that tp's topic was deleted and
+// created again, and its Sequencer (Sequencer.NewIncarnation): call it
+// instead of that. A batch of the open transaction that tp acknowledged
+// before went with the deleted log, so the transaction cannot commit it:
+// it becomes abortable with errors.ErrTopicIDChanged (as for an
+// acknowledgement of the deleted incarnation handled after the switch),
+// unless EndTxn is already on its way (a commit then ends as the
+// coordinator decides). The step's Decision includes the Sequencer's.
+func (t *TxnState) NewIncarnation(tp TopicPartition) TxnStep {
+	acked := t.seq.ackedSince(tp, t.assignedAtBegin)
+	d := t.seq.NewIncarnation(tp)
+	if acked && (t.state == TxnInTransaction || (t.state == TxnCommitting && !t.endTxnSent())) {
+		d.abortable(errors.ErrTopicIDChanged, false, false)
+	}
+	step := t.HandleProduce(d)
+	d.Merge(step.Decision)
+	step.Decision = d
+	return step
+}
+
+// endTxnSent reports whether an EndTxn is on the wire or queued to be sent
+// again.
+func (t *TxnState) endTxnSent() bool {
+	_, out := t.outstanding.(*EndTxnRequest)
+	_, again := t.resend.(*EndTxnRequest)
+	return out || again
 }
 
 func (t *TxnState) fatal(err error) TxnStep {

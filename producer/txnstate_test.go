@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	kepocherrors "github.com/kepoch/kepoch/errors"
 )
 
 const txnID = "txn-1"
@@ -454,6 +456,117 @@ func TestTxnAbortableDuringCommit(t *testing.T) {
 	_, step := h.produce(r, answered(kerr.InvalidProducerEpoch.Code))
 	if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
 		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+}
+
+// TestTxnNewIncarnation: tp0's topic is deleted and created again. A batch
+// of the open transaction that tp0 acknowledged went with the deleted log:
+// the transaction becomes abortable with ErrTopicIDChanged (a commit
+// waiting for its batches ends with ErrAbortRequired), and the abort needs
+// no new epoch. Batches acknowledged in an earlier transaction, on another
+// partition, or not yet acknowledged (they are resequenced to the new
+// incarnation) do not; nor does a recreation learned once EndTxn is sent.
+func TestTxnNewIncarnation(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		setup     func(h *txnHarness) // ends in the state the recreation is learned in
+		abortable bool
+	}{
+		{"acked in the open transaction", func(h *txnHarness) {
+			h.begin(tp0)
+			h.produce(h.assign(tp0, 1), okAt(0))
+		}, true},
+		{"acked, then in flight", func(h *txnHarness) {
+			h.begin(tp0)
+			h.produce(h.assign(tp0, 1), okAt(0))
+			h.assign(tp0, 1)
+		}, true},
+		{"acked while committing", func(h *txnHarness) {
+			h.begin(tp0, tp1)
+			h.produce(h.assign(tp0, 1), okAt(0))
+			h.assign(tp1, 1)
+			if step, err := h.tx.Commit(); err != nil || !step.WaitDrain {
+				h.t.Fatalf("commit: %+v %v", step, err)
+			}
+		}, true},
+		{"acked in an earlier transaction", func(h *txnHarness) {
+			h.begin(tp0)
+			h.produce(h.assign(tp0, 1), okAt(0))
+			h.tx.Commit()
+			h.endTxn(EndTxnResult{Producer: NoProducerID})
+			h.begin(tp0)
+		}, false},
+		{"acked on another partition", func(h *txnHarness) {
+			h.begin(tp0, tp1)
+			h.produce(h.assign(tp1, 1), okAt(0))
+			h.assign(tp0, 1)
+		}, false},
+		{"in flight only", func(h *txnHarness) {
+			h.begin(tp0)
+			h.assign(tp0, 1)
+		}, false},
+		{"EndTxn sent", func(h *txnHarness) {
+			h.begin(tp0)
+			h.produce(h.assign(tp0, 1), okAt(0))
+			step, _ := h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			c.setup(h)
+			before := h.tx.State()
+			step := h.tx.NewIncarnation(tp0)
+			if !c.abortable {
+				if h.tx.State() != before || step.Decision.Abortable != nil || step.Done {
+					t.Fatalf("state %v → %v, step %+v; want unchanged", before, h.tx.State(), step)
+				}
+				return
+			}
+			if h.tx.State() != TxnAbortableError || !errors.Is(h.tx.Err(), kepocherrors.ErrTopicIDChanged) || h.tx.BumpRequired() {
+				t.Fatalf("state %v, err %v, bump %v; want abortable with ErrTopicIDChanged, no bump", h.tx.State(), h.tx.Err(), h.tx.BumpRequired())
+			}
+			if a := step.Decision.Abortable; a == nil || !errors.Is(a.Err, kepocherrors.ErrTopicIDChanged) {
+				t.Fatalf("decision %+v; want Abortable ErrTopicIDChanged", step.Decision)
+			}
+			if before == TxnCommitting {
+				if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || !errors.Is(step.Err, kepocherrors.ErrTopicIDChanged) {
+					t.Fatalf("commit step %+v; want Done with ErrAbortRequired wrapping ErrTopicIDChanged", step)
+				}
+			}
+			if _, err := h.tx.Commit(); !errors.Is(err, ErrAbortRequired) || !errors.Is(err, kepocherrors.ErrTopicIDChanged) {
+				t.Fatalf("Commit: %v; want ErrAbortRequired wrapping ErrTopicIDChanged", err)
+			}
+		})
+	}
+}
+
+// TestTxnNewIncarnationAbortThenCommit: after the abort the recreation
+// called for (EndTxn abort, no bump), the next transaction's batch to tp0
+// starts its sequences afresh and commits.
+func TestTxnNewIncarnationAbortThenCommit(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	h.produce(h.assign(tp0, 2), okAt(0))
+	h.tx.NewIncarnation(tp0)
+	step, err := h.tx.Abort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
+	if step = h.endTxn(EndTxnResult{Producer: NoProducerID}); !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != pid {
+		t.Fatalf("abort: %+v, state %v", step, h.tx.State())
+	}
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	if got := h.seq.batches[r].id; got != id(pid, 0) {
+		t.Fatalf("first batch of the new incarnation: %v; want sequence 0 under %v", got, pid)
+	}
+	h.produce(r, okAt(0))
+	step, _ = h.tx.Commit()
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	if step = h.endTxn(EndTxnResult{Producer: NoProducerID}); !step.Done || step.Err != nil {
+		t.Fatalf("commit: %+v", step)
 	}
 }
 
