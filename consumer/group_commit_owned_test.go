@@ -26,17 +26,7 @@ import (
 // committed; CommitAsync reports the same to its callback. A commit made
 // in OnRevoked, of the partitions being revoked, is still the member's.
 func TestCommitOfPartitionNotOwned(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		opts  []consumer.Opt
-		kfake []kfake.Opt
-	}{
-		{name: "cooperative"},
-		{name: "kip848", opts: []consumer.Opt{consumer.WithGroupProtocol(consumer.ProtocolConsumer)},
-			kfake: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"})}},
-	} {
-		t.Run(tc.name, func(t *testing.T) { testCommitNotOwned(t, tc.opts, tc.kfake) })
-	}
+	incrementalProtocols(t, testCommitNotOwned)
 }
 
 func testCommitNotOwned(t *testing.T, opts []consumer.Opt, kopts []kfake.Opt) {
@@ -133,17 +123,7 @@ func testCommitNotOwned(t *testing.T, opts []consumer.Opt, kopts []kfake.Opt) {
 // with m1's commit stored), and a commit still unsent when its partition
 // is revoked is refused (ErrCommitNotOwned).
 func TestCommitQueuedBeforeRevocation(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		opts  []consumer.Opt
-		kfake []kfake.Opt
-	}{
-		{name: "cooperative"},
-		{name: "kip848", opts: []consumer.Opt{consumer.WithGroupProtocol(consumer.ProtocolConsumer)},
-			kfake: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"})}},
-	} {
-		t.Run(tc.name, func(t *testing.T) { testCommitQueuedBeforeRevocation(t, tc.opts, tc.kfake) })
-	}
+	incrementalProtocols(t, testCommitQueuedBeforeRevocation)
 }
 
 func testCommitQueuedBeforeRevocation(t *testing.T, opts []consumer.Opt, kopts []kfake.Opt) {
@@ -258,4 +238,20 @@ func waitConsumed(t *testing.T, m *member, p consumer.TopicPartition, end int64)
 		}
 		return false
 	})
+}
+
+// incrementalProtocols runs test under the two protocols that revoke
+// partitions one by one: classic cooperative-sticky and KIP-848.
+func incrementalProtocols(t *testing.T, test func(*testing.T, []consumer.Opt, []kfake.Opt)) {
+	for _, tc := range []struct {
+		name  string
+		opts  []consumer.Opt
+		kfake []kfake.Opt
+	}{
+		{name: "cooperative"},
+		{name: "kip848", opts: []consumer.Opt{consumer.WithGroupProtocol(consumer.ProtocolConsumer)},
+			kfake: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { test(t, tc.opts, tc.kfake) })
+	}
 }

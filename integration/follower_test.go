@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/kepoch/kepoch/consumer"
 )
 
@@ -16,31 +14,8 @@ import (
 // which replica a consumer in rack should read topic/partition from: the
 // broker's own KIP-392 answer (-1: itself).
 func (c *Cluster) preferredReplica(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, rack string) (int32, error) {
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID = -1
-	req.MaxWaitMillis = 100
-	req.MaxBytes = 1 << 20
-	req.SessionEpoch = -1
-	req.Rack = rack
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic, rt.TopicID = topic, id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition = partition
-	rp.PartitionMaxBytes = 1 << 20
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.Reader(broker))
-	if err != nil {
-		return 0, err
-	}
-	if err := errCode(resp.ErrorCode); err != nil {
-		return 0, err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("fetch %s/%d: malformed answer", topic, partition)
-	}
-	p := resp.Topics[0].Partitions[0]
-	return p.PreferredReadReplica, errCode(p.ErrorCode)
+	p, err := c.fetchRawIn(ctx, broker, topic, id, partition, 0, rack)
+	return p.PreferredReadReplica, err
 }
 
 // readFrom polls until the consumer has delivered n more records than p

@@ -85,16 +85,7 @@ func TestProducerAcrossTopicRecreation(t *testing.T) {
 	if err := poll(ctx, 10*time.Millisecond, func() (bool, error) { return acked() >= 100, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteTopic(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
-		_, err := c.Describe(ctx, topic, 0)
-		return errors.Is(err, errors.ErrUnknownTopicOrPartition), nil
-	}); err != nil {
-		t.Fatalf("topic never went away: %v", err)
-	}
-	newID, err := c.CreateTopic(ctx, topic, [][]int32{{2, 3, 1}}, nil)
+	newID, err := c.RecreateTopic(ctx, topic, [][]int32{{2, 3, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,14 @@ func (c *Cluster) produceRaw(ctx context.Context, broker int32, topic string, id
 // fetchRaw sends one raw Fetch for topic/partition at offset to broker and
 // returns the partition's answer.
 func (c *Cluster) fetchRaw(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, offset int64) (kmsg.FetchResponseTopicPartition, error) {
+	return c.fetchRawIn(ctx, broker, topic, id, partition, offset, "")
+}
+
+// fetchRawIn is fetchRaw for a consumer in rack (KIP-392: a leader may
+// name a replica in it and answer with no records).
+func (c *Cluster) fetchRawIn(ctx context.Context, broker int32, topic string, id [16]byte, partition int32, offset int64, rack string) (kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
+	req.Rack = rack
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 100
 	req.MaxBytes = 16 << 20

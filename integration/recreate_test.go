@@ -42,16 +42,7 @@ func TestConsumerReportsTopicRecreation(t *testing.T) {
 	readFrom(ctx, t, cons, &p, topic, 0, a, 1)
 	logf("read %d records of %s (topic ID %x)", len(a), topic, oldID[:4])
 
-	if err := c.DeleteTopic(ctx, topic); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		_, err := c.Describe(ctx, topic, 0)
-		return errors.Is(err, errors.ErrUnknownTopicOrPartition), nil
-	}); err != nil {
-		t.Fatalf("topic never went away: %v", err)
-	}
-	newID, err := c.CreateTopic(ctx, topic, [][]int32{{2, 3, 1}}, nil)
+	newID, err := c.RecreateTopic(ctx, topic, [][]int32{{2, 3, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

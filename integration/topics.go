@@ -354,3 +354,19 @@ func (c *Cluster) DeleteTopic(ctx context.Context, topic string) error {
 	}
 	return nil
 }
+
+// RecreateTopic deletes topic, waits until metadata no longer has it, and
+// creates it again with assignment (and no configs): a new incarnation
+// under the same name. It returns the new topic ID.
+func (c *Cluster) RecreateTopic(ctx context.Context, topic string, assignment [][]int32) ([16]byte, error) {
+	if err := c.DeleteTopic(ctx, topic); err != nil {
+		return [16]byte{}, err
+	}
+	if err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		_, err := c.Describe(ctx, topic, 0)
+		return errors.Is(err, kerr.UnknownTopicOrPartition), nil
+	}); err != nil {
+		return [16]byte{}, fmt.Errorf("topic %s never went away: %w", topic, err)
+	}
+	return c.CreateTopic(ctx, topic, assignment, nil)
+}

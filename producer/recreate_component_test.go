@@ -54,6 +54,35 @@ func recreateTopic(t *testing.T, c *kfake.Cluster, partitions int32) [16]byte {
 	return cresp.Topics[0].TopicID
 }
 
+// recreateAndAdopt recreates topic (one partition) and waits until p has
+// adopted its new topic ID.
+func recreateAndAdopt(t *testing.T, ctx context.Context, c *kfake.Cluster, p *producer.Producer) {
+	t.Helper()
+	newID := recreateTopic(t, c, 1)
+	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
+		_ = producer.RefreshMetadata(ctx, p)
+		return producer.PartitionTopicID(p, topic, 0) == newID
+	})
+}
+
+// holdAcked holds the next Produce (seen is closed when it arrives) until
+// release is closed, then answers it as the leader answers an append:
+// acknowledged at offset base under the topic ID the request named, which
+// named holds.
+func holdAcked(c *kfake.Cluster, base int64) (seen, release chan struct{}, named *atomic.Value) {
+	seen, release, named = make(chan struct{}), make(chan struct{}), new(atomic.Value)
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.ProduceRequest)
+		named.Store(req.Topics[0].TopicID)
+		close(seen)
+		c.SleepControl(func() { <-release })
+		resp := answerProduce(req, 0, 0)
+		resp.Topics[0].Partitions[0].BaseOffset = base
+		return resp, nil, true
+	})
+	return seen, release, named
+}
+
 // An idempotent producer's batch appended to the old incarnation, whose
 // answer is handled after the producer learned of the recreation: the batch
 // is not sent again to the new incarnation (it was written once, to a log
@@ -74,29 +103,14 @@ func TestAnswerOfRecreatedTopicJudgedByItsIncarnation(t *testing.T) {
 	// The next Produce is held, then answered as the old incarnation's
 	// leader answers an append: acknowledged at offset 1 under the topic
 	// ID the request named.
-	release := make(chan struct{})
-	seen := make(chan struct{})
-	var named atomic.Value
-	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		req := kr.(*kmsg.ProduceRequest)
-		named.Store(req.Topics[0].TopicID)
-		close(seen)
-		c.SleepControl(func() { <-release })
-		resp := answerProduce(req, 0, 0)
-		resp.Topics[0].Partitions[0].BaseOffset = 1
-		return resp, nil, true
-	})
+	seen, release, named := holdAcked(c, 1)
 	pr := sendAsync(t, ctx, p, prec(0, "b"))
 	onWire(t, seen)
 	if got := named.Load().([16]byte); got != oldID {
 		t.Fatalf("request named topic ID %x, want the old %x", got, oldID)
 	}
 
-	newID := recreateTopic(t, c, 1)
-	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-		_ = producer.RefreshMetadata(ctx, p)
-		return producer.PartitionTopicID(p, topic, 0) == newID
-	})
+	recreateAndAdopt(t, ctx, c, p)
 	close(release)
 
 	res := pr.wait(5 * time.Second)[0]
@@ -130,22 +144,10 @@ func TestAnswerOfRecreatedTopicJudgedByItsIncarnationPlain(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	release := make(chan struct{})
-	seen := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		close(seen)
-		c.SleepControl(func() { <-release })
-		resp := answerProduce(kr.(*kmsg.ProduceRequest), 0, 0)
-		resp.Topics[0].Partitions[0].BaseOffset = 1
-		return resp, nil, true
-	})
+	seen, release, _ := holdAcked(c, 1)
 	pr := sendAsync(t, ctx, p, prec(0, "b"))
 	onWire(t, seen)
-	newID := recreateTopic(t, c, 1)
-	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-		_ = producer.RefreshMetadata(ctx, p)
-		return producer.PartitionTopicID(p, topic, 0) == newID
-	})
+	recreateAndAdopt(t, ctx, c, p)
 	close(release)
 
 	res := pr.wait(5 * time.Second)[0]
@@ -168,22 +170,10 @@ func TestAnswerOfRecreatedTopicAbortsTransaction(t *testing.T) {
 	if err := p.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	seen := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		close(seen)
-		c.SleepControl(func() { <-release })
-		resp := answerProduce(kr.(*kmsg.ProduceRequest), 0, 0)
-		resp.Topics[0].Partitions[0].BaseOffset = 2
-		return resp, nil, true
-	})
+	seen, release, _ := holdAcked(c, 2)
 	pr := sendAsync(t, ctx, p, prec(0, "b"))
 	onWire(t, seen)
-	newID := recreateTopic(t, c, 1)
-	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-		_ = producer.RefreshMetadata(ctx, p)
-		return producer.PartitionTopicID(p, topic, 0) == newID
-	})
+	recreateAndAdopt(t, ctx, c, p)
 	close(release)
 
 	if res := pr.wait(5 * time.Second)[0]; !stderrors.Is(res.Err, errors.ErrTopicIDChanged) {
@@ -212,11 +202,7 @@ func TestRecreatedTopicRestartsSequences(t *testing.T) {
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
 	mustOK(t, sendAll(t, ctx, p, prec(0, "b")))
 	before := p.ProducerID()
-	newID := recreateTopic(t, c, 1)
-	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-		_ = producer.RefreshMetadata(ctx, p)
-		return producer.PartitionTopicID(p, topic, 0) == newID
-	})
+	recreateAndAdopt(t, ctx, c, p)
 
 	sent := watchProduce(c, 0)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "c"), prec(0, "d")))
@@ -258,11 +244,7 @@ func TestRecreatedTopicMaybeWrittenBatchIsPossibleDuplicate(t *testing.T) {
 			onWire(t, seen)
 			before := p.ProducerID()
 			pc := sendAsync(t, ctx, p, prec(0, "c"), prec(0, "d"))
-			newID := recreateTopic(t, c, 1)
-			eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-				_ = producer.RefreshMetadata(ctx, p)
-				return producer.PartitionTopicID(p, topic, 0) == newID
-			})
+			recreateAndAdopt(t, ctx, c, p)
 			sent := watchProduce(c, 0)
 			close(release)
 
@@ -306,11 +288,7 @@ func TestRecreatedTopicAbortsTransactionWithAckedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	newID := recreateTopic(t, c, 1)
-	eventually(t, 5*time.Second, "producer adopts the new topic ID", func() bool {
-		_ = producer.RefreshMetadata(ctx, p)
-		return producer.PartitionTopicID(p, topic, 0) == newID
-	})
+	recreateAndAdopt(t, ctx, c, p)
 	if err := p.CommitTransaction(ctx); !stderrors.Is(err, producer.ErrAbortRequired) || !stderrors.Is(err, errors.ErrTopicIDChanged) {
 		t.Fatalf("CommitTransaction: %v; want ErrAbortRequired wrapping ErrTopicIDChanged", err)
 	}

@@ -79,17 +79,12 @@ func (s *eqStats) add(o eqStats) {
 
 // eqWorld is a replicated partition and two consumers of it.
 type eqWorld struct {
-	t     *testing.T
-	seed  uint64
-	rng   *rand.Rand
-	reps  [3]*replica
-	lead  int
-	epoch int32
-
-	nextRec, nextBatch uint64
-	policy             Policy
-	first, inBand      *eqRun
-	stats              eqStats
+	t    *testing.T
+	seed uint64
+	replicas
+	policy        Policy
+	first, inBand *eqRun
+	stats         eqStats
 }
 
 // eqRun is one consumer: its partition, the requests it has out, and what
@@ -106,10 +101,7 @@ type eqRun struct {
 }
 
 func newEqWorld(t *testing.T, seed uint64) *eqWorld {
-	w := &eqWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0xa0761d6478bd642f))}
-	for i := range w.reps {
-		w.reps[i] = &replica{}
-	}
+	w := &eqWorld{t: t, seed: seed, replicas: newReplicas(rand.New(rand.NewPCG(seed, seed^0xa0761d6478bd642f)))}
 	w.reps[0].assign(0, 0)
 	w.policy = []Policy{PolicyEarliest, PolicyLatest, PolicyNone}[seed%3]
 	lineage := 64
@@ -137,8 +129,6 @@ func (w *eqWorld) newRun(name string, inBand bool, lineage int) *eqRun {
 	return r
 }
 
-func (w *eqWorld) leader() *replica { return w.reps[w.lead] }
-
 func (w *eqWorld) leaderChanged() LeaderChanged {
 	return LeaderChanged{Leader: int32(w.lead + 1), Epoch: w.epoch, InBand: true}
 }
@@ -152,7 +142,7 @@ func (w *eqWorld) run(steps int) {
 	for range steps {
 		switch r := w.rng.IntN(100); {
 		case r < 35:
-			w.append()
+			w.appendBatch(3)
 		case r < 50:
 			w.replicate(w.rng.IntN(3))
 		case r < 56:
@@ -173,68 +163,18 @@ func (w *eqWorld) run(steps int) {
 	w.drive()
 }
 
-func (w *eqWorld) append() {
-	w.nextBatch++
-	for range 1 + w.rng.IntN(3) {
-		w.nextRec++
-		w.leader().append(rec{epoch: w.epoch, id: w.nextRec, batch: w.nextBatch})
-	}
-}
-
-// replicate brings follower i towards the leader (truncating to the common
-// prefix first), up to a random batch boundary.
-func (w *eqWorld) replicate(i int) {
-	if i == w.lead {
-		return
-	}
-	f, l := w.reps[i], w.leader()
-	k := int64(0)
-	for k < f.leo() && k < l.leo() && f.log[k].id == l.log[k].id {
-		k++
-	}
-	f.truncate(k)
-	target := k + w.rng.Int64N(l.leo()-k+1)
-	for target < l.leo() && target > 0 && l.log[target].batch == l.log[target-1].batch {
-		target++
-	}
-	for o := k; o < target; o++ {
-		f.append(l.log[o])
-	}
-}
-
-// elect makes a new leader, clean (a replica with the whole log) or not
-// (any other replica), and tells both consumers at once.
+// elect elects a new leader (replicas.elect) and tells both consumers at
+// once.
 func (w *eqWorld) elect(clean bool) {
-	var cands []int
-	l := w.leader()
-	for i, r := range w.reps {
-		switch {
-		case clean && r.leo() == l.leo() && (r.leo() == 0 || r.log[r.leo()-1].id == l.log[l.leo()-1].id):
-			cands = append(cands, i)
-		case !clean && i != w.lead:
-			cands = append(cands, i)
-		}
+	if w.replicas.elect(clean) {
+		w.both(func(r *eqRun) { r.step(w.leaderChanged()) })
 	}
-	if len(cands) == 0 {
-		return
-	}
-	w.lead = cands[w.rng.IntN(len(cands))]
-	w.epoch++
-	w.leader().assign(w.epoch, w.leader().leo())
-	w.both(func(r *eqRun) { r.step(w.leaderChanged()) })
 }
 
 // deleteRecords advances every replica's log start within what they all
 // agree on.
 func (w *eqWorld) deleteRecords() {
-	agreed := w.reps[0].leo()
-	for _, r := range w.reps[1:] {
-		k := int64(0)
-		for k < agreed && k < r.leo() && w.reps[0].log[k].id == r.log[k].id {
-			k++
-		}
-		agreed = k
-	}
+	agreed := w.agreed()
 	ls := w.reps[0].logStart
 	if agreed <= ls {
 		return

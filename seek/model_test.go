@@ -237,20 +237,103 @@ func (r *replica) endOffsetFor(req int32) EpochEnd {
 	return EpochEnd{Epoch: r.cache[i-1].Epoch, EndOffset: r.cache[i].Start}
 }
 
-type harness struct {
-	t     *testing.T
-	seed  uint64
+// replicas is the partition's three replicas and the controller's view:
+// the randomized log operations the model and the equivalence test share.
+type replicas struct {
 	rng   *rand.Rand
 	reps  [3]*replica
 	lead  int   // index of the leader; its broker id is lead+1
 	epoch int32 // the controller's leader epoch
-	hist  []Leader
-	v12   bool // brokers check LastFetchedEpoch (Fetch v12+)
+
+	nextRec, nextBatch uint64
+}
+
+func newReplicas(rng *rand.Rand) replicas {
+	rs := replicas{rng: rng}
+	for i := range rs.reps {
+		rs.reps[i] = &replica{}
+	}
+	return rs
+}
+
+func (rs *replicas) leader() *replica { return rs.reps[rs.lead] }
+
+// appendBatch appends one batch of 1 to most records to the leader's log.
+func (rs *replicas) appendBatch(most int) {
+	rs.nextBatch++
+	for range 1 + rs.rng.IntN(most) {
+		rs.nextRec++
+		rs.leader().append(rec{epoch: rs.epoch, id: rs.nextRec, batch: rs.nextBatch})
+	}
+}
+
+// replicate brings follower i towards the leader: truncate to the common
+// prefix, then copy up to a random batch boundary.
+func (rs *replicas) replicate(i int) {
+	if i == rs.lead {
+		return
+	}
+	f, l := rs.reps[i], rs.leader()
+	k := int64(0)
+	for k < f.leo() && k < l.leo() && f.log[k].id == l.log[k].id {
+		k++
+	}
+	f.truncate(k)
+	target := k + rs.rng.Int64N(l.leo()-k+1)
+	for target < l.leo() && target > 0 && l.log[target].batch == l.log[target-1].batch {
+		target++
+	}
+	for o := k; o < target; o++ {
+		f.append(l.log[o])
+	}
+}
+
+// elect makes a new leader, clean (a replica holding the whole log, maybe
+// the leader itself: an epoch bump without a leader change) or unclean
+// (any other replica), in the next epoch; false when there is no
+// candidate.
+func (rs *replicas) elect(clean bool) bool {
+	var cands []int
+	l := rs.leader()
+	for i, r := range rs.reps {
+		switch {
+		case clean && r.leo() == l.leo() && (r.leo() == 0 || r.log[r.leo()-1].id == l.log[l.leo()-1].id):
+			cands = append(cands, i)
+		case !clean && i != rs.lead:
+			cands = append(cands, i)
+		}
+	}
+	if len(cands) == 0 {
+		return false
+	}
+	rs.lead = cands[rs.rng.IntN(len(cands))]
+	rs.epoch++
+	rs.leader().assign(rs.epoch, rs.leader().leo())
+	return true
+}
+
+// agreed is the end of the prefix every replica holds.
+func (rs *replicas) agreed() int64 {
+	agreed := rs.reps[0].leo()
+	for _, r := range rs.reps[1:] {
+		k := int64(0)
+		for k < agreed && k < r.leo() && rs.reps[0].log[k].id == r.log[k].id {
+			k++
+		}
+		agreed = k
+	}
+	return agreed
+}
+
+type harness struct {
+	t    *testing.T
+	seed uint64
+	replicas
+	hist []Leader
+	v12  bool // brokers check LastFetchedEpoch (Fetch v12+)
 	// Only with v12, where in-band detection makes up for them:
 	legacy  bool // metadata carries no leader epochs (Metadata < v9)
 	noFence bool // brokers ignore CurrentLeaderEpoch in Fetch (Redpanda #17728)
-
-	nextRec, nextBatch uint64
 
 	// InBandValidation: krng draws what the consumer knows of the
 	// brokers and the leaders' redirects (its own stream, so that the
@@ -281,20 +364,17 @@ type harness struct {
 
 func newHarness(t *testing.T, seed uint64, inBand bool) *harness {
 	h := &harness{
-		t:       t,
-		seed:    seed,
-		rng:     rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15)),
-		inBand:  inBand,
-		krng:    rand.New(rand.NewPCG(seed^0x5bd1e995, seed+1)),
-		v12:     seed%2 == 0,
-		seen:    map[uint64]int64{},
-		goneIDs: map[uint64]bool{},
+		t:        t,
+		seed:     seed,
+		replicas: newReplicas(rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15))),
+		inBand:   inBand,
+		krng:     rand.New(rand.NewPCG(seed^0x5bd1e995, seed+1)),
+		v12:      seed%2 == 0,
+		seen:     map[uint64]int64{},
+		goneIDs:  map[uint64]bool{},
 	}
 	h.legacy = seed%4 == 0
 	h.noFence = seed%4 == 2
-	for i := range h.reps {
-		h.reps[i] = &replica{}
-	}
 	h.cfg = DefaultConfig()
 	h.cfg.IDs = &h.ids
 	h.cfg.LineageSize = 64
@@ -331,8 +411,6 @@ func (h *harness) logString(r *replica) string {
 	fmt.Fprintf(&b, " start=%d leo=%d cache=%v", r.logStart, r.leo(), r.cache)
 	return b.String()
 }
-
-func (h *harness) leader() *replica { return h.reps[h.lead] }
 
 func (h *harness) newConsumer(s Start) {
 	var err error
@@ -389,7 +467,7 @@ func (h *harness) run(steps int) {
 				h.deleteRecords()
 			}
 		case r < 45:
-			h.appendBatch()
+			h.appendBatch(4)
 		case r < 55:
 			h.replicate(h.rng.IntN(3))
 		case r < 59:
@@ -433,50 +511,9 @@ func (h *harness) quiesce() {
 // ---------------------------------------------------------------------------
 // The partition's history.
 
-func (h *harness) appendBatch() {
-	h.nextBatch++
-	for range 1 + h.rng.IntN(4) {
-		h.nextRec++
-		h.leader().append(rec{epoch: h.epoch, id: h.nextRec, batch: h.nextBatch})
-	}
-}
-
-// replicate brings follower i towards the leader: truncate to the common
-// prefix, then copy up to a random batch boundary.
-func (h *harness) replicate(i int) {
-	if i == h.lead {
-		return
-	}
-	f, l := h.reps[i], h.leader()
-	k := int64(0)
-	for k < f.leo() && k < l.leo() && f.log[k].id == l.log[k].id {
-		k++
-	}
-	f.truncate(k)
-	target := k + h.rng.Int64N(l.leo()-k+1)
-	for target < l.leo() && target > 0 && l.log[target].batch == l.log[target-1].batch {
-		target++
-	}
-	for o := k; o < target; o++ {
-		f.append(l.log[o])
-	}
-}
-
-// elect makes a new leader: clean (a replica holding the whole log, maybe
-// the leader itself: an epoch bump without a leader change) or unclean
-// (any other replica).
+// elect elects a new leader (replicas.elect) and records it.
 func (h *harness) elect(clean bool) {
-	var cands []int
-	l := h.leader()
-	for i, r := range h.reps {
-		switch {
-		case clean && r.leo() == l.leo() && (r.leo() == 0 || r.log[r.leo()-1].id == l.log[l.leo()-1].id):
-			cands = append(cands, i)
-		case !clean && i != h.lead:
-			cands = append(cands, i)
-		}
-	}
-	if len(cands) == 0 {
+	if !h.replicas.elect(clean) {
 		return
 	}
 	if clean {
@@ -484,9 +521,6 @@ func (h *harness) elect(clean bool) {
 	} else {
 		h.stats.uncleanElections++
 	}
-	h.lead = cands[h.rng.IntN(len(cands))]
-	h.epoch++
-	h.leader().assign(h.epoch, h.leader().leo())
 	h.hist = append(h.hist, Leader{ID: int32(h.lead + 1), Epoch: h.epoch})
 	h.tracef("elect clean=%v leader=%d epoch=%d log%s", clean, h.lead+1, h.epoch, h.logString(h.leader()))
 }
@@ -494,14 +528,7 @@ func (h *harness) elect(clean bool) {
 // deleteRecords advances the log start of every replica, within what all
 // replicas agree on (only committed data is deleted).
 func (h *harness) deleteRecords() {
-	agreed := h.reps[0].leo()
-	for _, r := range h.reps[1:] {
-		k := int64(0)
-		for k < agreed && k < r.leo() && h.reps[0].log[k].id == r.log[k].id {
-			k++
-		}
-		agreed = k
-	}
+	agreed := h.agreed()
 	// Retention could also erase the evidence of a replacement the
 	// consumer has not been told of yet (the leader would then echo the
 	// gone epoch at its log start and nobody could tell); the model does
