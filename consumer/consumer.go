@@ -10,6 +10,7 @@ import (
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/internal/gcreserve"
 	"github.com/kepoch/kepoch/metadata"
 	"github.com/kepoch/kepoch/seek"
 )
@@ -68,6 +69,8 @@ type Consumer struct {
 	brokersAt metadata.Version
 
 	grp *group // group membership and commits (Group option); nil without
+
+	reserve *gcreserve.Hold // the GC reserve (GCReserve), released by Close
 }
 
 // New creates a consumer. It assigns nothing; call Assign.
@@ -111,6 +114,7 @@ func New(opts ...Opt) (*Consumer, error) {
 	if c.cfg.group.id != "" {
 		c.grp = newGroup(c)
 	}
+	c.reserve = gcreserve.Take(c.cfg.reserve())
 	return c, nil
 }
 
@@ -149,6 +153,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 		}
 	}
 	defer close(c.closeDone)
+	defer c.reserve.Release()
 	c.mu.Lock()
 	c.closing = true
 	c.signalLocked()

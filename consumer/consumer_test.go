@@ -445,9 +445,36 @@ func TestOptionsValidated(t *testing.T) {
 		"negative poll":   {consumer.SeedBrokers("x:1"), consumer.MaxPollRecords(-1)},
 		"buffer too low":  {consumer.SeedBrokers("x:1"), consumer.MaxBufferedBytes(1)},
 		"backoff too low": {consumer.SeedBrokers("x:1"), consumer.RetryBackoff(0)},
+		"negative gc":     {consumer.SeedBrokers("x:1"), consumer.GCReserve(-1)},
 	} {
 		if _, err := consumer.New(opts...); err == nil {
 			t.Errorf("%s: New accepted invalid options", name)
+		}
+	}
+}
+
+// TestGCReserve: a consumer holds its GC reserve (an eighth of
+// MaxBufferedBytes unless GCReserve says otherwise) from New until Close.
+func TestGCReserve(t *testing.T) {
+	c := newCluster(t, 1)
+	for name, tc := range map[string]struct {
+		opts []consumer.Opt
+		want int
+	}{
+		"default":         {nil, 64 << 20 / 8},
+		"buffer's eighth": {[]consumer.Opt{consumer.MaxBufferedBytes(128 << 20)}, 16 << 20},
+		"set":             {[]consumer.Opt{consumer.GCReserve(3 << 20)}, 3 << 20},
+		"none":            {[]consumer.Opt{consumer.GCReserve(0)}, 0},
+	} {
+		cons := newConsumer(t, c, tc.opts...)
+		if got := consumer.GCReserveHeld(cons); got != tc.want {
+			t.Errorf("%s: holds %d bytes, want %d", name, got, tc.want)
+		}
+		if err := cons.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := consumer.GCReserveHeld(cons); got != 0 {
+			t.Errorf("%s: holds %d bytes after Close", name, got)
 		}
 	}
 }

@@ -16,6 +16,9 @@ func DebugPartition(c *Consumer, topic string, partition int32) string {
 	return fmt.Sprintf("%s fetch=%+v sent=%v replica=%+v buffered=%v", p.m.String(), p.fetch, p.sent, p.replica, p.buf != nil)
 }
 
+// GCReserveHeld returns the bytes of GC reserve c holds (GCReserve).
+func GCReserveHeld(c *Consumer) int { return c.reserve.Size() }
+
 // BufferedBytes returns the bytes of fetch answers buffered for Poll now,
 // and the most there ever were.
 func BufferedBytes(c *Consumer) (now, peak int) {

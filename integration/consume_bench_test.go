@@ -161,12 +161,12 @@ func BenchmarkConsume(b *testing.B) {
 
 // consumeKepoch reads the n records of topic's benchPartitions partitions
 // from offset 0 with a new kepoch consumer (decompressing with parallel
-// goroutines), releasing each poll's records after counting them with
-// release, and returns the function that closes it.
-func consumeKepoch(b *testing.B, topic string, n, parallel int, release bool) (closeFn func()) {
-	cons, err := consumer.New(consumer.SeedBrokers(Seeds...),
+// goroutines, and opts besides), releasing each poll's records after
+// counting them with release, and returns the function that closes it.
+func consumeKepoch(b *testing.B, topic string, n, parallel int, release bool, opts ...consumer.Opt) (closeFn func()) {
+	cons, err := consumer.New(append([]consumer.Opt{consumer.SeedBrokers(Seeds...),
 		consumer.FetchMaxBytes(benchFetchMaxBytes), consumer.FetchMaxPartitionBytes(benchFetchMaxPartBytes),
-		consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel))
+		consumer.FetchMaxWait(benchFetchMaxWait), consumer.DecompressParallelism(parallel)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

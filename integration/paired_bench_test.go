@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/internal/compress"
 )
 
@@ -130,7 +131,9 @@ func BenchmarkProducePaired(b *testing.B) {
 // each turn a new client reads the pre-produced topic from the start. The
 // paired runs use each client as it is by default, the pooled-paired runs
 // with the memory of consumed records handed back (kepoch-release against
-// kgo-pooled). The bound-paired runs put BenchmarkConsumeBound's reader in
+// kgo-pooled), the reserve0-paired runs with kepoch holding no GC reserve
+// (GCReserve(0): kgo holds none; what the reserve is worth, and what
+// kepoch reads without it). The bound-paired runs put BenchmarkConsumeBound's reader in
 // kepoch's place: their x-kgo is the ceiling's own multiple of kgo,
 // measured the same way, beyond which no client's x-kgo can go on this
 // machine. Besides uncompressed and zstd records (kgo's zstd frames
@@ -154,6 +157,12 @@ func BenchmarkConsumePaired(b *testing.B) {
 						func() func() { return consumeKgo(b, topic, n, pooled) })
 				})
 			}
+			b.Run(fmt.Sprintf("%s/%dB/reserve0-paired", codec, size), func(b *testing.B) {
+				topic := benchTopic(b, c, codec, size, n)
+				pairs(b, n,
+					func() func() { return consumeKepoch(b, topic, n, 1, false, consumer.GCReserve(0)) },
+					func() func() { return consumeKgo(b, topic, n, false) })
+			})
 			b.Run(fmt.Sprintf("%s/%dB/bound-paired", codec, size), func(b *testing.B) {
 				topic := benchTopic(b, c, codec, size, n)
 				id := topicID(b, c, topic)
