@@ -15,7 +15,9 @@ import (
 // The paired benchmarks run kepoch and kgo in turns inside one benchmark,
 // one iteration each, alternating which goes first, and report kepoch's
 // throughput as a multiple of kgo's (x-kgo: the geometric mean of the
-// pairs' ratios) beside each client's records/s and CPU per record. On a
+// pairs' ratios) beside each client's records/s, CPU per record,
+// collections per turn and the largest heap a turn held (peak-heap-MiB,
+// sampled every 2 ms: what a client's speed costs in memory). On a
 // machine whose cluster drifts between fast and slow spells (seen here:
 // uncompressed 1 KiB produce runs hold ~130k or ~260k records/s for
 // seconds at a time, whichever client runs), a pair shares its spell, so
@@ -45,17 +47,19 @@ func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func()
 	var (
 		logRatio     float64
 		elapsed, cpu [2]time.Duration
-		gcs          [2]uint64
+		gcs, peak    [2]uint64
 	)
 	for i := 0; i < b.N; i++ {
 		var took [2]time.Duration
 		for j := range 2 {
 			side := (i + j) % 2 // even pairs: kepoch first
+			h := sampleHeap()
 			g0, c0, t0 := gcCycles(), cpuTime(), time.Now()
 			end := sides[side]()
 			took[side] = time.Since(t0)
 			cpu[side] += cpuTime() - c0
 			gcs[side] += gcCycles() - g0
+			peak[side] = max(peak[side], h.end())
 			// Untimed: closing the client, and a collection so that
 			// neither turn pays for the other's garbage.
 			b.StopTimer()
@@ -79,6 +83,44 @@ func pairsOf(b *testing.B, n0, n int, name string, side0, kgo func() (end func()
 	b.ReportMetric(float64(cpu[1].Nanoseconds())/recs, "kgo-cpu-ns/record")
 	b.ReportMetric(float64(gcs[0])/float64(b.N), name+"-gcs/turn")
 	b.ReportMetric(float64(gcs[1])/float64(b.N), "kgo-gcs/turn")
+	b.ReportMetric(float64(peak[0])/(1<<20), name+"-peak-heap-MiB")
+	b.ReportMetric(float64(peak[1])/(1<<20), "kgo-peak-heap-MiB")
+}
+
+// heapSampler follows the heap's size during a turn: the bytes of heap
+// objects, live or garbage not yet swept (what the process holds for its
+// heap, GC reserve included), read every 2 ms.
+type heapSampler struct {
+	stop chan struct{}
+	done chan uint64
+}
+
+// sampleHeap starts following the heap.
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan uint64)}
+	go func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		var peak uint64
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-h.stop:
+				h.done <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+// end stops following the heap and returns the most it held.
+func (h *heapSampler) end() uint64 {
+	close(h.stop)
+	return <-h.done
 }
 
 // gcCycles is how many collections the runtime started by itself (not
