@@ -26,11 +26,35 @@ package producer
 //  5. every record ends acknowledged or failed (no stuck partition), and the
 //     number of bumps is bounded by the number of incidents.
 //
+// In half the runs (drawn from a random source of their own, so that the
+// other runs are unchanged seed for seed) a topic is also deleted and
+// created again at random moments: the partition is replaced by an empty one
+// under a new topic ID, requests on the wire reach the deleted incarnation
+// before the deletion (their answers come later, or are lost) or meet a
+// broker that does not know the ID they name (UNKNOWN_TOPIC_ID), and
+// sometimes an unclean election cuts the deleted log just before, with the
+// partition's next request on the wire. The client learns of the recreation
+// at once or some steps later, as the producer's metadata loop does (ack
+// ledger forgotten, leader change, Sequencer.NewIncarnation); an
+// acknowledgement handled after that is about the deleted log and is
+// reported as a failure. The invariants above hold per incarnation's log,
+// and:
+//
+//  6. a gap (ProvenGap, PossibleGap) is reported only by an incarnation that
+//     lost producer state, never for an answer from one the client knows
+//     deleted, and a recreation never needs a new epoch;
+//  7. a record that is in the logs of two incarnations was reported
+//     PossibleDuplicate with cause ErrTopicIDChanged, and so was a record
+//     acknowledged by an incarnation if an earlier one holds it;
+//  8. in a recreated incarnation, each identity's first appended batch
+//     starts at sequence 0 and no batch skips sequences.
+//
 // Invariant 3 is what found the need to send one batch at a time while the
 // leader may hold no state for the producer (Config.SoloAfterIdle,
 // LeaderChanged): such a leader accepts any sequence.
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -40,6 +64,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	kepocherrors "github.com/kepoch/kepoch/errors"
 )
 
 type mRecord struct {
@@ -73,6 +99,13 @@ type mRequest struct {
 	ref  BatchRef
 	id   BatchIdentity
 	recs []int
+	// inc is the topic incarnation the request names (the one the client
+	// knew when it sent it).
+	inc int
+	// gone is the answer to a request that reached its incarnation before
+	// that was deleted, delivered after the deletion (nil: the request did
+	// not reach it, and meets a broker that knows no such topic ID).
+	gone *ProduceResult
 }
 
 // mPartition is the model leader of one partition.
@@ -86,6 +119,23 @@ type mPartition struct {
 	queue       []mRequest
 	legacy      bool // pre-2.5: UNKNOWN_PRODUCER_ID for unknown producers with sequence ≠ 0
 	lastAppend  time.Time
+
+	// inc is the topic incarnation (0: the first; each recreation of the
+	// topic makes a new mPartition with the next one).
+	inc int
+	// stateLoss counts what made this incarnation's leader lose producer
+	// state (an unclean election that cut the log, state expiry,
+	// retention): a sequence gap reported for a request to it needs one.
+	stateLoss int
+	// truncated: an unclean election cut the log, so acknowledged records
+	// may be gone; after the deletion the ack ledger, which forgot the
+	// partition, can no longer report it.
+	truncated bool
+	// highSeq is, per identity, the last sequence of the highest batch this
+	// incarnation appended (recreated incarnations only: their sequences
+	// must start at 0 and never skip ahead); seqErr is the first violation.
+	highSeq map[ProducerID]int32
+	seqErr  string
 }
 
 // modelExpiration is the model brokers' producer.id.expiration.ms.
@@ -118,6 +168,18 @@ func (m *mPartition) produce(id BatchIdentity, recs []int) (code int16, base int
 		}
 	} else if m.legacy && id.BaseSequence != 0 {
 		return kerr.UnknownProducerID.Code, -1
+	}
+	if m.highSeq != nil && m.seqErr == "" {
+		if hi, ok := m.highSeq[id.Producer]; !ok && id.BaseSequence != 0 {
+			m.seqErr = fmt.Sprintf("first batch of %v in incarnation %d starts at sequence %d", id.Producer, m.inc, id.BaseSequence)
+		} else if ok && id.BaseSequence > hi+1 {
+			m.seqErr = fmt.Sprintf("batch %v in incarnation %d skips sequences after %d", id, m.inc, hi)
+		}
+	}
+	if m.highSeq != nil {
+		if hi, ok := m.highSeq[id.Producer]; !ok || last > hi {
+			m.highSeq[id.Producer] = last
+		}
 	}
 	base = int64(len(m.log))
 	for i, r := range recs {
@@ -169,6 +231,8 @@ func (m *mPartition) newLeader(truncateTo int64) {
 	if truncateTo < int64(len(m.log)) {
 		m.log = m.log[:truncateTo]
 		m.rebuild()
+		m.stateLoss++
+		m.truncated = true
 	}
 	m.leaderEpoch++
 	end := int64(len(m.log))
@@ -212,12 +276,25 @@ type recStatus struct {
 	failed    bool
 	maybe     bool
 	ackedSeen bool // was acknowledged at some point
+	// ackInc is the incarnation whose acknowledgement set offset;
+	// replaced: that acknowledgement was handled once the client knew the
+	// incarnation deleted, so the records were reported failed instead.
+	ackInc   int
+	replaced bool
 }
 
 type seqKey struct {
 	tp  TopicPartition
+	inc int // sequences restart in each topic incarnation
 	p   ProducerID
 	seq int32
+}
+
+// mCheck is an ack-ledger question waiting for an answer (EpochQuery or
+// Probe) and the topic incarnation it names.
+type mCheck struct {
+	q   any
+	inc int
 }
 
 // mDriver is the model I/O layer and application.
@@ -243,7 +320,33 @@ type mDriver struct {
 	nextPID   int64
 	incidents int
 	stats     map[string]int
-	checks    []any // EpochQuery or Probe waiting for an answer
+	checks    []mCheck
+
+	// Topic recreation. rrng draws every recreation decision (nil: the run
+	// recreates nothing): a source of its own, so that a run without
+	// recreation draws from rng exactly what it did before recreation was
+	// modelled. incs holds every incarnation of a partition, byTP the
+	// current one; known is the incarnation the client names (it learns of
+	// a recreation some steps later, as metadata would), sentInc the one
+	// each batch's latest send named, and curInc the one whose answer is
+	// being handled.
+	rrng    *rand.Rand
+	incs    map[TopicPartition][]*mPartition
+	known   map[TopicPartition]int
+	sentInc map[BatchRef]int
+	curInc  int
+	// possDupRe: records reported PossibleDuplicate with cause
+	// ErrTopicIDChanged (possDup holds those with any other cause, the
+	// only ones that allow two copies in one log).
+	possDupRe map[int]bool
+	// newIncarnation informs the client of a recreation (the
+	// transactional model goes through its TxnState); onAppend sees every
+	// append attempt of the client's batches.
+	newIncarnation func(TopicPartition)
+	onAppend       func(m *mPartition, req mRequest, code int16)
+	// cutBeforeDelete: brokers may lose producer state (the transactional
+	// model's never do), so a deleted incarnation may also have.
+	cutBeforeDelete bool
 }
 
 func (d *mDriver) fatalf(format string, args ...any) {
@@ -267,7 +370,8 @@ func (d *mDriver) send(tp TopicPartition) {
 		if err := d.seq.Sent(ref); err != nil {
 			d.fatalf("Sent: %v", err)
 		}
-		m.queue = append(m.queue, mRequest{ref, id, d.batchRecs[ref]})
+		d.sentInc[ref] = d.known[tp]
+		m.queue = append(m.queue, mRequest{ref: ref, id: id, recs: d.batchRecs[ref], inc: d.known[tp]})
 		return
 	}
 	if len(d.pending[tp]) == 0 {
@@ -282,7 +386,8 @@ func (d *mDriver) send(tp TopicPartition) {
 	recs := slices.Clone(d.pending[tp][:n])
 	d.pending[tp] = d.pending[tp][n:]
 	d.batchRecs[ref] = recs
-	m.queue = append(m.queue, mRequest{ref, id, recs})
+	d.sentInc[ref] = d.known[tp]
+	m.queue = append(m.queue, mRequest{ref: ref, id: id, recs: recs, inc: d.known[tp]})
 }
 
 // process answers the head request of tp's queue.
@@ -293,6 +398,11 @@ func (d *mDriver) process(tp TopicPartition) {
 	}
 	req := m.queue[0]
 	m.queue = m.queue[1:]
+	if req.inc != m.inc {
+		d.handle(d.completeGone(req))
+		return
+	}
+	d.curInc = m.inc
 	var res ProduceResult
 	fate := 100
 	if d.faults {
@@ -311,10 +421,7 @@ func (d *mDriver) process(tp TopicPartition) {
 		d.incidents++
 		res = answered(kerr.InvalidRecord.Code)
 	default:
-		code, base := m.produce(req.id, req.recs)
-		if code == 0 {
-			m.lastAppend = d.now
-		}
+		code, base := d.append(m, req)
 		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
 		switch {
 		case fate < 22: // appended (or not), answer lost
@@ -328,6 +435,156 @@ func (d *mDriver) process(tp TopicPartition) {
 	}
 	d.trace("process %v ref=%d id=%v recs=%v -> %+v (log len %d)", tp, req.ref, req.id, req.recs, res, len(m.log))
 	d.handle(d.seq.Complete(req.ref, res))
+}
+
+// append has the model leader m validate and append req's batch.
+func (d *mDriver) append(m *mPartition, req mRequest) (int16, int64) {
+	d.t.Helper()
+	code, base := m.produce(req.id, req.recs)
+	if code == 0 {
+		m.lastAppend = d.now
+	}
+	if m.seqErr != "" {
+		d.fatalf("%v: %s", m.tp, m.seqErr)
+	}
+	if d.onAppend != nil {
+		d.onAppend(m, req, code)
+	}
+	return code, base
+}
+
+// completeGone completes a request that names a deleted incarnation: its
+// answer from before the deletion if it had one, else what a broker that
+// knows no such topic ID answers (or nothing).
+func (d *mDriver) completeGone(req mRequest) Decision {
+	d.curInc = req.inc
+	res := answered(kerr.UnknownTopicID.Code)
+	switch {
+	case req.gone != nil:
+		res = *req.gone
+	case d.faults && d.rrng.Intn(4) == 0:
+		res = ProduceResult{Delivery: NoResponse}
+	case d.rrng.Intn(3) == 0:
+		res = answered(kerr.UnknownTopicOrPartition.Code)
+	}
+	d.trace("process %v ref=%d id=%v recs=%v on deleted incarnation %d -> %+v", d.recTP[req.recs[0]], req.ref, req.id, req.recs, req.inc, res)
+	d.stats["deleted-answer"]++
+	return d.seq.Complete(req.ref, res)
+}
+
+// recreate deletes tp's topic and creates it again: the partition is
+// replaced by an empty one under a new topic ID (leader epoch 0, no
+// producer state). Of the requests on the wire to the deleted incarnation,
+// some reached it before the deletion (appended or refused there; the
+// answer comes later, or is lost), the rest meet the new one, which
+// refuses them for naming an unknown topic ID. The client learns of it
+// later (learn).
+func (d *mDriver) recreate(tp TopicPartition) {
+	old := d.byTP[tp]
+	if d.cutBeforeDelete && d.rrng.Intn(3) == 0 {
+		// Just before the deletion an unclean election cut the log and
+		// the client sent the partition's next request to the new
+		// leader: its producer state may be behind, and its answer
+		// (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) is about
+		// the deleted log.
+		d.leaderChange(old, true)
+		d.send(tp)
+	}
+	for i := range old.queue {
+		req := &old.queue[i]
+		if req.inc != old.inc || d.rrng.Intn(2) == 0 {
+			continue
+		}
+		code, base := d.append(old, *req)
+		res := ProduceResult{Code: code, BaseOffset: base, LogStartOffset: old.logStart}
+		if d.rrng.Intn(3) == 0 {
+			res = ProduceResult{Delivery: NoResponse}
+		}
+		req.gone = &res
+	}
+	m := newMPartition(tp, old.legacy)
+	m.inc, m.queue, m.highSeq = old.inc+1, old.queue, map[ProducerID]int32{}
+	old.queue = nil
+	d.incs[tp] = append(d.incs[tp], m)
+	d.byTP[tp] = m
+	for i, x := range d.parts {
+		if x == old {
+			d.parts[i] = m
+		}
+	}
+	d.trace("recreate %v: incarnation %d", tp, m.inc)
+	d.stats["recreate"]++
+}
+
+// learn makes the client adopt tp's current incarnation, as the producer's
+// metadata loop does on TopicRecreated: the ack ledger forgets the
+// partition, a new leader epoch is a leader change, the Sequencer (or
+// TxnState) is told, and the ledger observes the new leader epoch.
+func (d *mDriver) learn(tp TopicPartition) {
+	m := d.byTP[tp]
+	if d.known[tp] == m.inc {
+		return
+	}
+	old := d.incs[tp][d.known[tp]]
+	d.known[tp] = m.inc
+	d.trace("learn %v: incarnation %d", tp, m.inc)
+	d.led.Forget(tp)
+	if old.leaderEpoch != m.leaderEpoch {
+		d.seq.LeaderChanged(tp)
+	}
+	if d.newIncarnation != nil {
+		d.newIncarnation(tp)
+	} else {
+		d.handle(d.seq.NewIncarnation(tp))
+	}
+	if q, ok := d.led.ObserveLeaderEpoch(tp, m.leaderEpoch); ok {
+		d.addCheck(tp, q)
+	}
+}
+
+// recreationStep makes a recreation step instead of an ordinary one, when
+// rrng says so: recreate a partition's topic, or have the client learn of
+// a recreation. It draws nothing from rng.
+func (d *mDriver) recreationStep() bool {
+	if d.rrng == nil {
+		return false
+	}
+	switch y := d.rrng.Intn(1000); {
+	case y < 3:
+		d.recreateSometimes(d.parts[d.rrng.Intn(len(d.parts))].tp, 1)
+		return true
+	case y < 23:
+		for _, m := range d.parts {
+			if d.known[m.tp] != m.inc {
+				d.learn(m.tp)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recreateSometimes recreates tp's topic with probability 1/n (drawn from
+// rrng; never without it), and has the client learn of it at once one time
+// in three (metadata named the new topic ID before the next request).
+func (d *mDriver) recreateSometimes(tp TopicPartition, n int) {
+	if d.rrng == nil || d.rrng.Intn(n) != 0 {
+		return
+	}
+	d.recreate(tp)
+	if d.rrng.Intn(3) == 0 {
+		d.learn(tp)
+	}
+}
+
+func (d *mDriver) learnAll() {
+	for _, m := range d.parts {
+		d.learn(m.tp)
+	}
+}
+
+func (d *mDriver) addCheck(tp TopicPartition, q any) {
+	d.checks = append(d.checks, mCheck{q, d.known[tp]})
 }
 
 var runModelTrace func(string)
@@ -346,14 +603,30 @@ func (d *mDriver) handle(dec Decision) {
 	}
 	for _, a := range dec.Acks {
 		recs := d.batchRecs[a.Batch]
-		m := d.byTP[a.TP]
+		inc := d.sentInc[a.Batch]
+		m := d.incs[a.TP][inc]
 		if a.BaseOffset < 0 || len(recs) == 0 {
 			d.fatalf("ack %+v for records %v", a, recs)
 		}
+		if inc != d.known[a.TP] {
+			// Acknowledged by an incarnation the client knows deleted:
+			// the producer reports the records failed (ErrTopicIDChanged;
+			// nothing if they failed already) and keeps the ack out of
+			// the ledger.
+			for i, r := range recs {
+				st := d.status[r]
+				st.acked, st.offset, st.ackedSeen, st.ackInc = false, a.BaseOffset+int64(i), true, inc
+				st.failed, st.maybe, st.replaced = true, true, true
+				d.bySeq[seqKey{a.TP, inc, a.Identity.Producer, NextSequence(a.Identity.BaseSequence, int32(i))}] = r
+			}
+			delete(d.batchRecs, a.Batch)
+			d.stats["replaced-ack"]++
+			continue
+		}
 		for i, r := range recs {
 			st := d.status[r]
-			st.acked, st.offset, st.ackedSeen, st.failed = true, a.BaseOffset+int64(i), true, false
-			d.bySeq[seqKey{a.TP, a.Identity.Producer, NextSequence(a.Identity.BaseSequence, int32(i))}] = r
+			st.acked, st.offset, st.ackedSeen, st.failed, st.ackInc = true, a.BaseOffset+int64(i), true, false, inc
+			d.bySeq[seqKey{a.TP, inc, a.Identity.Producer, NextSequence(a.Identity.BaseSequence, int32(i))}] = r
 		}
 		epoch, exact := m.log[a.BaseOffset].epoch, true
 		if !d.exact && epoch > 0 && d.rng.Intn(2) == 0 {
@@ -377,17 +650,35 @@ func (d *mDriver) handle(dec Decision) {
 			// AfterFailure ack still needs them.
 			d.stats["failed"]++
 		case PossibleDuplicate:
+			if errors.Is(o.Cause.Err, kepocherrors.ErrTopicIDChanged) {
+				for _, r := range d.batchRecs[o.Batch] {
+					d.possDupRe[r] = true
+				}
+				d.stats["recreated-duplicate"]++
+				continue
+			}
 			for _, r := range d.batchRecs[o.Batch] {
 				d.possDup[r] = true
 			}
 			d.stats["possible-duplicate"]++
 		case ResequencedNoLoss:
+			if errors.Is(o.Cause.Err, kepocherrors.ErrTopicIDChanged) {
+				d.stats["recreated-resequenced"]++
+				continue
+			}
 			d.stats["resequenced"]++
 		case ProvenGap:
 			// Proven: the write acknowledged with LastAckedSequence is
-			// not where it was acknowledged any more.
-			m := d.byTP[o.TP]
-			rec, ok := d.bySeq[seqKey{o.TP, o.Producer, o.LastAckedSequence}]
+			// not where it was acknowledged any more, in the incarnation
+			// that gave the answer, which lost producer state.
+			m := d.incs[o.TP][d.curInc]
+			if d.curInc != d.known[o.TP] {
+				d.fatalf("ProvenGap %+v from incarnation %d, known deleted", o, m.inc)
+			}
+			if m.stateLoss == 0 {
+				d.fatalf("ProvenGap %+v from incarnation %d, which lost no producer state", o, m.inc)
+			}
+			rec, ok := d.bySeq[seqKey{o.TP, m.inc, o.Producer, o.LastAckedSequence}]
 			if !ok || !d.status[rec].ackedSeen {
 				d.fatalf("ProvenGap %+v names no acknowledged write (record %d %+v)", o, rec, d.status[rec])
 			}
@@ -396,6 +687,12 @@ func (d *mDriver) handle(dec Decision) {
 			}
 			d.stats["proven-gap"]++
 		case PossibleGap:
+			if d.curInc != d.known[o.TP] {
+				d.fatalf("PossibleGap %+v from incarnation %d, known deleted", o, d.curInc)
+			}
+			if m := d.incs[o.TP][d.curInc]; m.stateLoss == 0 {
+				d.fatalf("PossibleGap %+v from incarnation %d, which lost no producer state", o, m.inc)
+			}
 			d.stats["possible-gap"]++
 		}
 	}
@@ -407,10 +704,17 @@ func (d *mDriver) handle(dec Decision) {
 			d.fatalf("Split: %v", err)
 		}
 		d.batchRecs[refs[0]], d.batchRecs[refs[1]] = recs[:k], recs[k:]
+		d.sentInc[refs[0]], d.sentInc[refs[1]] = d.sentInc[ref], d.sentInc[ref]
 		delete(d.batchRecs, ref)
 		d.stats["split"]++
 	}
 	if dec.Bump != nil {
+		if errors.Is(dec.Bump.Cause.Err, kepocherrors.ErrTopicIDChanged) && !dec.Bump.NewProducerID {
+			// A new incarnation holds no producer state: only a new
+			// producer ID asked for before it (a refused mapping) is
+			// still needed.
+			d.fatalf("epoch bump for a recreation: %+v", dec.Bump)
+		}
 		d.stats["bump"]++
 	}
 	if dec.NeedProducerID {
@@ -424,7 +728,7 @@ func (d *mDriver) handle(dec Decision) {
 	}
 	for _, tp := range dec.CheckAckedWrites {
 		if q, ok := d.led.Recheck(tp, d.byTP[tp].leaderEpoch); ok {
-			d.checks = append(d.checks, q)
+			d.addCheck(tp, q)
 		}
 	}
 }
@@ -438,11 +742,17 @@ func (d *mDriver) answerCheck() {
 		return
 	}
 	i := d.rng.Intn(len(d.checks))
-	c := d.checks[i]
+	ch := d.checks[i]
 	d.checks = slices.Delete(d.checks, i, i+1)
-	switch c := c.(type) {
+	switch c := ch.q.(type) {
 	case EpochQuery:
 		m := d.byTP[c.TP]
+		if ch.inc != m.inc {
+			// UNKNOWN_TOPIC_ID: the ledger forgets the partition when
+			// the client learns of the recreation.
+			d.stats["deleted-check"]++
+			return
+		}
 		if c.CurrentLeaderEpoch != m.leaderEpoch {
 			d.stats["fenced-check"]++
 			return
@@ -450,6 +760,10 @@ func (d *mDriver) answerCheck() {
 		d.checkResult(m, d.led.ApplyEpochEnd(c, m.offsetForLeaderEpoch(c.Epoch)))
 	case Probe:
 		m := d.byTP[c.TP]
+		if ch.inc != m.inc {
+			d.stats["deleted-check"]++
+			return
+		}
 		if c.CurrentLeaderEpoch != m.leaderEpoch {
 			d.stats["fenced-check"]++
 			return
@@ -470,7 +784,7 @@ func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
 	}
 	for _, l := range r.Lost {
 		for o := l.From; o < l.To; o++ {
-			rec, ok := d.bySeq[seqKey{l.TP, l.Producer, seqPlus(l.FirstSequence, o-l.From)}]
+			rec, ok := d.bySeq[seqKey{l.TP, m.inc, l.Producer, seqPlus(l.FirstSequence, o-l.From)}]
 			if !ok || d.status[rec].offset != o || !d.status[rec].ackedSeen {
 				d.fatalf("bogus loss report %+v at %d: record %d %+v", l, o, rec, d.status[rec])
 			}
@@ -482,10 +796,10 @@ func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
 		d.stats["acked-writes-lost"]++
 	}
 	if r.Next != nil {
-		d.checks = append(d.checks, *r.Next)
+		d.addCheck(m.tp, *r.Next)
 	}
 	if r.Probe != nil {
-		d.checks = append(d.checks, *r.Probe)
+		d.addCheck(m.tp, *r.Probe)
 	}
 }
 
@@ -510,14 +824,22 @@ func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
 	q := m.queue
 	m.queue = nil
 	for _, req := range q {
+		if req.inc != m.inc {
+			d.handle(d.completeGone(req))
+			continue
+		}
+		d.curInc = m.inc
 		d.handle(d.seq.Complete(req.ref, answered(kerr.NotLeaderForPartition.Code)))
 	}
 	if qq, ok := d.led.ObserveLeaderEpoch(m.tp, m.leaderEpoch); ok {
-		d.checks = append(d.checks, qq)
+		d.addCheck(m.tp, qq)
 	}
 }
 
 func (d *mDriver) step() {
+	if d.recreationStep() {
+		return
+	}
 	tp := d.parts[d.rng.Intn(len(d.parts))].tp
 	m := d.byTP[tp]
 	d.now = d.now.Add(time.Millisecond)
@@ -544,6 +866,7 @@ func (d *mDriver) step() {
 		if st, ok := d.seq.Partition(tp); (!ok || len(st.InFlight) == 0) && len(m.queue) == 0 && len(m.states) > 0 &&
 			d.now.Sub(m.lastAppend) >= modelExpiration {
 			m.states = map[int64]*mProducer{}
+			m.stateLoss++
 			d.incidents++
 			d.stats["state-expiry"]++
 		}
@@ -553,6 +876,7 @@ func (d *mDriver) step() {
 		if st, ok := d.seq.Partition(tp); (!ok || len(st.InFlight) == 0) && len(m.queue) == 0 {
 			m.logStart = int64(len(m.log))
 			m.rebuild()
+			m.stateLoss++
 			d.incidents++
 			d.stats["retention"]++
 		}
@@ -564,6 +888,7 @@ func (d *mDriver) step() {
 // heal stops faults and runs until every record is resolved.
 func (d *mDriver) heal() {
 	d.faults = false
+	d.learnAll()
 	for i := 0; ; i++ {
 		if i > 2000 {
 			d.fatalf("no progress after healing: pending %v, sequencer pending %d outstanding %d",
@@ -590,38 +915,54 @@ func (d *mDriver) heal() {
 
 func (d *mDriver) verify() {
 	d.t.Helper()
-	for _, m := range d.parts {
-		seen := map[int]int{}
-		last := 0
-		for o, r := range m.log {
-			if r.rec == 0 {
-				continue
-			}
-			if seen[r.rec]++; seen[r.rec] == 1 {
-				if r.rec < last {
-					d.fatalf("%v: record %d first written at %d after record %d (order)", m.tp, r.rec, o, last)
+	for _, cur := range d.parts {
+		// in: the incarnations whose logs hold each record.
+		in := map[int][]int{}
+		for _, m := range d.incs[cur.tp] {
+			seen := map[int]int{}
+			last := 0
+			for o, r := range m.log {
+				if r.rec == 0 {
+					continue
 				}
-				last = r.rec
-			} else if !d.possDup[r.rec] {
-				d.fatalf("%v: record %d written twice without a PossibleDuplicate report", m.tp, r.rec)
+				if seen[r.rec]++; seen[r.rec] == 1 {
+					if r.rec < last {
+						d.fatalf("%v: record %d first written at %d after record %d in incarnation %d (order)", m.tp, r.rec, o, last, m.inc)
+					}
+					last = r.rec
+					in[r.rec] = append(in[r.rec], m.inc)
+				} else if !d.possDup[r.rec] {
+					d.fatalf("%v: record %d written twice in incarnation %d without a PossibleDuplicate report", m.tp, r.rec, m.inc)
+				}
 			}
 		}
 		for r, st := range d.status {
-			if d.recTP[r] != m.tp {
+			if d.recTP[r] != cur.tp {
 				continue
 			}
+			if len(in[r]) > 1 && !d.possDupRe[r] {
+				d.fatalf("%v: record %d is in incarnations %v without a PossibleDuplicate report for the recreation", cur.tp, r, in[r])
+			}
 			switch {
-			case st.acked:
+			case st.acked || st.replaced:
+				m := d.incs[cur.tp][st.ackInc]
 				present := st.offset < int64(len(m.log)) && m.log[st.offset].rec == r
-				if !present && st.offset >= m.logStart && !d.lostRep[r] {
-					d.fatalf("%v: acknowledged record %d at %d is gone without a report", m.tp, r, st.offset)
+				// A loss in a deleted incarnation may have gone
+				// unreported: the ledger forgot the partition.
+				excused := d.lostRep[r] || (m != cur && m.truncated)
+				if !present && st.offset >= m.logStart && !excused {
+					d.fatalf("%v: acknowledged record %d at %d of incarnation %d is gone without a report", m.tp, r, st.offset, m.inc)
+				}
+				if st.acked && slices.ContainsFunc(in[r], func(k int) bool { return k < st.ackInc }) && !d.possDupRe[r] {
+					d.fatalf("%v: record %d acknowledged by incarnation %d was in an earlier one %v, without a PossibleDuplicate report",
+						m.tp, r, st.ackInc, in[r])
 				}
 			case st.failed:
-				if !st.maybe && seen[r] > 0 {
-					d.fatalf("%v: record %d reported certainly not written is in the log", m.tp, r)
+				if !st.maybe && len(in[r]) > 0 {
+					d.fatalf("%v: record %d reported certainly not written is in incarnations %v", cur.tp, r, in[r])
 				}
 			default:
-				d.fatalf("%v: record %d unresolved", m.tp, r)
+				d.fatalf("%v: record %d unresolved", cur.tp, r)
 			}
 		}
 	}
@@ -642,12 +983,17 @@ func runModel(t *testing.T, seed int64, steps int) map[string]int {
 		now: time.Unix(0, 0), exact: rng.Intn(3) != 0, faults: true,
 		pending: map[TopicPartition][]int{}, batchRecs: map[BatchRef][]int{}, status: map[int]*recStatus{},
 		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{}, nextPID: 100,
-		stats: map[string]int{},
+		stats: map[string]int{}, incs: map[TopicPartition][]*mPartition{}, known: map[TopicPartition]int{},
+		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{}, cutBeforeDelete: true,
+	}
+	if rrng := rand.New(rand.NewSource(^seed)); rrng.Intn(2) == 0 {
+		d.rrng = rrng // half the runs recreate topics
 	}
 	for _, tp := range []TopicPartition{tp0, tp1, tp2} {
 		m := newMPartition(tp, legacy)
 		d.parts = append(d.parts, m)
 		d.byTP[tp] = m
+		d.incs[tp] = []*mPartition{m}
 		d.led.ObserveLeaderEpoch(tp, 0)
 	}
 	start := ProducerID{ID: d.nextPID, Epoch: 0}
@@ -690,7 +1036,8 @@ func TestModelRandomized(t *testing.T) {
 	// prove nothing.
 	for _, k := range []string{"ack", "failed", "possible-duplicate", "resequenced", "proven-gap", "possible-gap",
 		"split", "bump", "new-producer-id", "acked-writes-lost", "probe", "unclean", "state-expiry", "retention",
-		"fenced-check", "stale-check"} {
+		"fenced-check", "stale-check", "recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack",
+		"deleted-answer", "deleted-check"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}

@@ -29,8 +29,23 @@ package producer
 //  6. a committed transaction's offsets are only those sent in it (a late
 //     copy of an earlier transaction's TxnOffsetCommit is never committed);
 //  7. a transaction the client has ended is not open at the coordinator.
+//
+// In half the runs topics are also deleted and created again (as in
+// recovery_model_test.go, also while a request is on the wire or EndTxn is on
+// its way), and the client learns of it through TxnState.NewIncarnation:
+//
+//  8. a transaction with a batch acknowledged by an incarnation the client
+//     learned deleted before it sent EndTxn(commit) (or whose
+//     acknowledgement it handled after learning) never commits: it becomes
+//     abortable with ErrTopicIDChanged, a Commit waiting for its batches
+//     fails with ErrAbortRequired wrapping it, and so does Commit after;
+//     learned once EndTxn(commit) is sent, the recreation changes nothing;
+//  9. no recreation causes a gap report, and a committed transaction's
+//     records are in the topic once, but for those acknowledged by an
+//     incarnation deleted after EndTxn(commit) was sent.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -38,6 +53,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	kepocherrors "github.com/kepoch/kepoch/errors"
 )
 
 type mCoordinator struct {
@@ -124,6 +141,13 @@ type txnDriver struct {
 	opCommit  bool         // the operation in progress is a Commit
 	flushing  bool         // the application wants to commit: flush, then Commit
 	offOp     *offsetsOp   // SendOffsetsToTransaction in progress (Commit and Abort wait for it)
+
+	// commitSent: EndTxn(commit) of the transaction was sent. doomed: the
+	// transaction had a batch acknowledged by a topic incarnation that the
+	// client learned was deleted before it sent EndTxn(commit) (or the
+	// acknowledgement came after it learned): it must not commit.
+	commitSent map[int]bool
+	doomed     map[int]bool
 }
 
 // offsetsEnded: the coordinator ended its transaction k; the offsets staged
@@ -246,8 +270,10 @@ func (d *txnDriver) step(s TxnStep) {
 		if d.coordReq != nil {
 			d.fatalf("second coordinator request %#v while %#v is outstanding", s.Send, d.coordReq)
 		}
-		if _, ok := s.Send.(*EndTxnRequest); ok && !d.seq.Drained() {
+		if e, ok := s.Send.(*EndTxnRequest); ok && !d.seq.Drained() {
 			d.fatalf("EndTxn sent before the Sequencer drained")
+		} else if ok && e.Commit {
+			d.commitSent[d.curTxn] = true
 		}
 		d.coordReq = s.Send
 	}
@@ -256,6 +282,9 @@ func (d *txnDriver) step(s TxnStep) {
 			d.fatalf("fatal: %v", s.Err)
 		}
 		if d.pendingOp && d.opCommit && s.Err == nil {
+			if d.doomed[d.curTxn] {
+				d.fatalf("transaction %d reported committed with a batch acknowledged by a deleted incarnation", d.curTxn)
+			}
 			d.clientOK[d.curTxn] = true
 		}
 		if d.tx.State() == TxnReady && d.curTxn != 0 && d.coord.txn == d.curTxn {
@@ -294,6 +323,10 @@ func (d *txnDriver) answerCoordinator() {
 	req := d.coordReq
 	if req == nil {
 		return
+	}
+	if _, ok := req.(*EndTxnRequest); ok && d.rrng != nil {
+		// The topic may be recreated while EndTxn is on its way.
+		d.recreateSometimes(d.parts[d.rrng.Intn(len(d.parts))].tp, 30)
 	}
 	d.coordReq = nil
 	c := d.coord
@@ -432,6 +465,8 @@ func (d *txnDriver) produceStep(tp TopicPartition) {
 		d.send(tp)
 	}
 	if len(d.byTP[tp].queue) > 0 {
+		// With a request on the wire, the topic may be recreated.
+		d.recreateSometimes(tp, 100)
 		d.processTxn(tp)
 	}
 	if d.flushing && d.offOp == nil && d.tx.State() == TxnInTransaction && len(d.pending[tp0])+len(d.pending[tp1])+len(d.pending[tp2]) == 0 {
@@ -465,6 +500,21 @@ func (d *txnDriver) processTxn(tp TopicPartition) {
 	m := d.byTP[tp]
 	req := m.queue[0]
 	m.queue = m.queue[1:]
+	if req.inc != m.inc {
+		dec := d.completeGone(req)
+		if len(dec.Acks) > 0 && req.inc != d.known[tp] {
+			// The producer's sink: a batch acknowledged by an incarnation
+			// known deleted is reported failed, and the transaction
+			// cannot commit it.
+			d.doomed[d.curTxn] = true
+			if dec.Abortable == nil {
+				dec.Abortable = &AbortableError{Err: kepocherrors.ErrTopicIDChanged}
+			}
+		}
+		d.produceDecision(dec)
+		return
+	}
+	d.curInc = m.inc
 	fate := 100
 	if d.faults {
 		fate = d.rng.Intn(100)
@@ -482,13 +532,7 @@ func (d *txnDriver) processTxn(tp TopicPartition) {
 	case fate < 13:
 		res = answered(kerr.InvalidRecord.Code)
 	default:
-		code, base := m.produce(req.id, req.recs)
-		if code == 0 && d.coord.tv2 && d.coord.txn == 0 && req.id.Producer == d.coord.producer {
-			d.coord.txn, d.coord.ended = d.curTxn, false // implicit add (KIP-890)
-		}
-		if code == kerr.InvalidProducerEpoch.Code || code == kerr.OutOfOrderSequenceNumber.Code && d.isNext(req) {
-			d.fatalf("broker answered %v to %v (next batch)", codeError(code), req.id)
-		}
+		code, base := d.append(m, req)
 		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
 		switch {
 		case fate < 18:
@@ -498,6 +542,70 @@ func (d *txnDriver) processTxn(tp TopicPartition) {
 		}
 	}
 	d.produceDecision(d.seq.Complete(req.ref, res))
+}
+
+// onAppend is the brokers' side of an append attempt: an implicit add to
+// the transaction, and no refusal of the next batch.
+func (d *txnDriver) onAppend(_ *mPartition, req mRequest, code int16) {
+	if code == 0 && d.coord.tv2 && d.coord.txn == 0 && req.id.Producer == d.coord.producer {
+		d.coord.txn, d.coord.ended = d.curTxn, false // implicit add (KIP-890)
+	}
+	if code == kerr.InvalidProducerEpoch.Code || code == kerr.OutOfOrderSequenceNumber.Code && d.isNext(req) {
+		d.fatalf("broker answered %v to %v (next batch)", codeError(code), req.id)
+	}
+}
+
+// newIncarnation tells the TxnState of tp's recreation, as the producer
+// does, and checks what it does with the open transaction: one with a
+// batch acknowledged by the deleted incarnation becomes abortable with
+// ErrTopicIDChanged (a Commit waiting for its batches ends with
+// ErrAbortRequired), unless EndTxn(commit) is already sent.
+func (d *txnDriver) newIncarnation(tp TopicPartition) {
+	before := d.tx.State()
+	open := before == TxnInTransaction || before == TxnCommitting || before == TxnAbortableError
+	acked := false
+	for r, k := range d.txnOf {
+		if st := d.status[r]; k == d.curTxn && d.recTP[r] == tp && st.ackedSeen && st.ackInc != d.known[tp] {
+			acked = true
+		}
+	}
+	doomed := open && acked && !d.commitSent[d.curTxn]
+	switch {
+	case doomed && before == TxnCommitting:
+		d.stats["recreated-commit-failed"]++
+	case doomed:
+		d.stats["recreated-txn-doomed"]++
+	case open && acked:
+		d.stats["recreated-after-end-txn"]++
+	}
+	if doomed {
+		d.doomed[d.curTxn] = true
+	}
+	step := d.tx.NewIncarnation(tp)
+	a := step.Decision.Abortable
+	step.Decision.Abortable = nil
+	for _, o := range step.Decision.Outcomes {
+		switch o.(type) {
+		case ProvenGap, PossibleGap:
+			d.fatalf("gap reported for a recreation: %+v", o)
+		}
+	}
+	switch {
+	case doomed && before != TxnAbortableError:
+		if a == nil || !errors.Is(a.Err, kepocherrors.ErrTopicIDChanged) || d.tx.State() != TxnAbortableError ||
+			!errors.Is(d.tx.Err(), kepocherrors.ErrTopicIDChanged) {
+			d.fatalf("recreation of %v in %v with a batch acknowledged: abortable %+v, state %v (%v)", tp, before, a, d.tx.State(), d.tx.Err())
+		}
+		if before == TxnCommitting && (!step.Done || !errors.Is(step.Err, ErrAbortRequired) || !errors.Is(step.Err, kepocherrors.ErrTopicIDChanged)) {
+			d.fatalf("commit of transaction %d ended %+v by a recreation; want ErrAbortRequired wrapping ErrTopicIDChanged", d.curTxn, step)
+		}
+		if _, err := d.tx.Commit(); !errors.Is(err, ErrAbortRequired) || !errors.Is(err, kepocherrors.ErrTopicIDChanged) {
+			d.fatalf("Commit after the recreation: %v", err)
+		}
+	case !doomed && a != nil:
+		d.fatalf("recreation of %v in %v made the transaction abortable: %v", tp, before, a.Err)
+	}
+	d.step(step)
 }
 
 // isNext reports whether req is its partition's next expected batch.
@@ -556,12 +664,17 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 		t: t, rng: rng, seq: seq, led: NewAckLedger(0), byTP: map[TopicPartition]*mPartition{}, faults: true,
 		pending: map[TopicPartition][]int{}, batchRecs: map[BatchRef][]int{}, status: map[int]*recStatus{},
 		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{},
-		stats: map[string]int{},
+		stats: map[string]int{}, incs: map[TopicPartition][]*mPartition{}, known: map[TopicPartition]int{},
+		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{},
+	}
+	if rrng := rand.New(rand.NewSource(^seed)); rrng.Intn(2) == 0 {
+		base.rrng = rrng // half the runs recreate topics
 	}
 	for _, tp := range []TopicPartition{tp0, tp1, tp2} {
 		m := newMPartition(tp, false)
 		base.parts = append(base.parts, m)
 		base.byTP[tp] = m
+		base.incs[tp] = []*mPartition{m}
 	}
 	coord := &mCoordinator{producer: ProducerID{ID: 500, Epoch: -1}, tv2: rng.Intn(2) == 0, nextPID: 500}
 	if rng.Intn(3) == 0 {
@@ -572,7 +685,8 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 		t.Fatal(err)
 	}
 	d := &txnDriver{mDriver: base, tx: tx, coord: coord, txnOf: map[int]int{}, committed: map[int]bool{},
-		aborted: map[int]bool{}, clientOK: map[int]bool{}}
+		aborted: map[int]bool{}, clientOK: map[int]bool{}, commitSent: map[int]bool{}, doomed: map[int]bool{}}
+	base.newIncarnation, base.onAppend = d.newIncarnation, d.onAppend
 	s, err := tx.InitTransactions()
 	if err != nil {
 		t.Fatal(err)
@@ -580,6 +694,9 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 	d.pendingOp = true
 	d.step(s)
 	for i := 0; i < steps; i++ {
+		if d.recreationStep() {
+			continue
+		}
 		switch x := rng.Intn(100); {
 		case x < 2:
 			d.zombie()
@@ -598,6 +715,7 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 	// Heal: finish the transaction in progress, then run one more to
 	// completion without faults.
 	d.faults = false
+	d.learnAll()
 	for i, began := 0, d.curTxn; ; i++ {
 		if i > 5000 {
 			d.fatalf("no progress: state %v, pending op %v, flushing %v, coordinator request %#v, sequencer pending %d outstanding %d",
@@ -640,6 +758,9 @@ func (d *txnDriver) verifyTxn() {
 		if !d.clientOK[k] {
 			d.fatalf("transaction %d committed but the client was not told", k)
 		}
+		if d.doomed[k] {
+			d.fatalf("transaction %d committed with a batch acknowledged by a deleted incarnation", k)
+		}
 	}
 	for k := range d.clientOK {
 		if d.committed[k] {
@@ -673,11 +794,21 @@ func (d *txnDriver) verifyTxn() {
 			if d.recTP[r] != m.tp {
 				continue
 			}
-			if d.committed[d.txnOf[r]] && count[r] != 1 {
+			// A committed transaction's records are in the topic once,
+			// except those acknowledged by an incarnation deleted since
+			// (the client learned of it only once EndTxn(commit) was
+			// sent, or the transaction had ended: doomed covers the
+			// rest).
+			gone := st.ackedSeen && !st.replaced && st.ackInc != m.inc
+			if d.committed[d.txnOf[r]] && count[r] != 1 && !(gone && count[r] == 0) {
 				d.fatalf("%v: record %d of committed transaction %d appears %d times", m.tp, r, d.txnOf[r], count[r])
 			}
-			if st.failed && !st.maybe && slices.ContainsFunc(m.log, func(x mRecord) bool { return x.rec == r }) {
-				d.fatalf("%v: record %d reported certainly not written is in the log", m.tp, r)
+			if st.failed && !st.maybe {
+				for _, x := range d.incs[m.tp] {
+					if slices.ContainsFunc(x.log, func(x mRecord) bool { return x.rec == r }) {
+						d.fatalf("%v: record %d reported certainly not written is in incarnation %d", m.tp, r, x.inc)
+					}
+				}
 			}
 		}
 	}
@@ -697,7 +828,8 @@ func TestTxnModelRandomized(t *testing.T) {
 		})
 	}
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
-		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced"} {
+		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
+		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}
