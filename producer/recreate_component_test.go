@@ -70,13 +70,20 @@ func recreateAndAdopt(t *testing.T, ctx context.Context, c *kfake.Cluster, p *pr
 // acknowledged at offset base under the topic ID the request named, which
 // named holds.
 func holdAcked(c *kfake.Cluster, base int64) (seen, release chan struct{}, named *atomic.Value) {
+	return holdAnswered(c, base, 0)
+}
+
+// holdAnswered is holdAcked answering with code (an acknowledgement:
+// none, or DUPLICATE_SEQUENCE_NUMBER as brokers before 1.1 answer a batch
+// they already hold).
+func holdAnswered(c *kfake.Cluster, base int64, code int16) (seen, release chan struct{}, named *atomic.Value) {
 	seen, release, named = make(chan struct{}), make(chan struct{}), new(atomic.Value)
 	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		req := kr.(*kmsg.ProduceRequest)
 		named.Store(req.Topics[0].TopicID)
 		close(seen)
 		c.SleepControl(func() { <-release })
-		resp := answerProduce(req, 0, 0)
+		resp := answerProduce(req, code, 0)
 		resp.Topics[0].Partitions[0].BaseOffset = base
 		return resp, nil, true
 	})
@@ -160,8 +167,15 @@ func TestAnswerOfRecreatedTopicJudgedByItsIncarnationPlain(t *testing.T) {
 }
 
 // In a transaction, the record acknowledged by the deleted incarnation
-// fails, and so the transaction cannot commit.
+// fails, and so the transaction cannot commit: whether the old leader
+// acknowledged it as appended or as a duplicate of what it held.
 func TestAnswerOfRecreatedTopicAbortsTransaction(t *testing.T) {
+	for name, code := range map[string]int16{"appended": 0, "duplicate": kerr.DuplicateSequenceNumber.Code} {
+		t.Run(name, func(t *testing.T) { testAnswerOfRecreatedTopicAbortsTransaction(t, code) })
+	}
+}
+
+func testAnswerOfRecreatedTopicAbortsTransaction(t *testing.T, code int16) {
 	c := newCluster(t, 1)
 	p, _ := newTxnProducer(t, c, "txn-recreate")
 	ctx := testCtx(t, 20*time.Second)
@@ -170,7 +184,7 @@ func TestAnswerOfRecreatedTopicAbortsTransaction(t *testing.T) {
 	if err := p.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	seen, release, _ := holdAcked(c, 2)
+	seen, release, _ := holdAnswered(c, 2, code)
 	pr := sendAsync(t, ctx, p, prec(0, "b"))
 	onWire(t, seen)
 	recreateAndAdopt(t, ctx, c, p)

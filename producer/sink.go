@@ -538,9 +538,10 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 			if d.Bump != nil || d.NeedProducerID || d.Fatal != nil || d.Abortable != nil || len(d.Outcomes) > 0 || len(d.Split) > 0 {
 				others = true
 			}
-			if p.txn != nil && d.Abortable == nil && res.Delivery == Answered && res.Code == 0 && p.replacedLocked(x.b) {
-				// Acknowledged by a deleted incarnation: the record is
-				// reported failed, so the transaction cannot commit.
+			if p.txn != nil && d.Abortable == nil && acknowledged(res) && p.replacedLocked(x.b) {
+				// Acknowledged by a deleted incarnation (appended, or
+				// held already): the record is reported failed, so the
+				// transaction cannot commit.
 				d.Abortable = &AbortableError{Err: errors.ErrTopicIDChanged}
 				others = true
 			}
@@ -602,6 +603,16 @@ func (p *Producer) replacedLocked(b *pbatch) bool {
 // is not sent again: the application decides whether to produce it anew.
 func replacedErr(b *pbatch, base int64) error {
 	return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: base, LeaderEpoch: b.epoch, Err: errors.ErrTopicIDChanged}
+}
+
+// acknowledged reports whether res says the leader holds the batch:
+// appended now, or (DUPLICATE_SEQUENCE_NUMBER) appended before.
+func acknowledged(res ProduceResult) bool {
+	if res.Delivery != Answered {
+		return false
+	}
+	c := classify(res.Code)
+	return c == classOK || c == classDuplicate
 }
 
 // completePlain finishes a batch of a non-idempotent producer: retried on a
