@@ -454,7 +454,8 @@ func TestOptionsValidated(t *testing.T) {
 }
 
 // TestGCReserve: a consumer holds its GC reserve (an eighth of
-// MaxBufferedBytes unless GCReserve says otherwise) from New until Close.
+// MaxBufferedBytes, at most 32 MiB, unless GCReserve says otherwise) from
+// New until Close.
 func TestGCReserve(t *testing.T) {
 	c := newCluster(t, 1)
 	for name, tc := range map[string]struct {
@@ -463,6 +464,8 @@ func TestGCReserve(t *testing.T) {
 	}{
 		"default":         {nil, 64 << 20 / 8},
 		"buffer's eighth": {[]consumer.Opt{consumer.MaxBufferedBytes(128 << 20)}, 16 << 20},
+		"capped":          {[]consumer.Opt{consumer.MaxBufferedBytes(1 << 30)}, 32 << 20},
+		"set above cap":   {[]consumer.Opt{consumer.GCReserve(40 << 20)}, 40 << 20},
 		"set":             {[]consumer.Opt{consumer.GCReserve(3 << 20)}, 3 << 20},
 		"none":            {[]consumer.Opt{consumer.GCReserve(0)}, 0},
 	} {

@@ -175,7 +175,8 @@ func FetchMaxPartitionBytes(n int32) Opt { return optFunc(func(c *cfg) { c.partM
 func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered = n }) }
 
 // GCReserve sets the garbage-collection reserve the consumer holds from
-// New to Close (default: an eighth of MaxBufferedBytes, 8 MiB; 0: none).
+// New to Close (default: an eighth of MaxBufferedBytes, at most 32 MiB, so
+// 8 MiB with the default buffer; 0: none).
 //
 // The transport reads every Fetch answer into memory of its own, up to a
 // MiB per partition, which the consumer holds only until Poll has made its
@@ -200,10 +201,15 @@ func GCReserve(n int) Opt {
 	return optFunc(func(c *cfg) { c.gcReserve, c.gcReserveSet = n, true })
 }
 
+// maxDefaultReserve caps the default GC reserve: past it, collections are
+// already rare next to the answers read, and memory is all a larger one
+// adds.
+const maxDefaultReserve = 32 << 20
+
 // reserve returns the GC reserve the consumer holds.
 func (c *cfg) reserve() int {
 	if !c.gcReserveSet {
-		return c.maxBuffered / 8
+		return min(c.maxBuffered/8, maxDefaultReserve)
 	}
 	return c.gcReserve
 }

@@ -28,6 +28,6 @@ done
 # benchmarks (Benchmark<X>Bound/.../bound, Benchmark<X>Paired/.../paired)
 # become columns of Benchmark<X>.
 sed -E -e 's#^(Benchmark[A-Za-z]+)(Bound|Paired)/#\1/#' \
-  -e 's#^(Benchmark[A-Za-z]+)/([a-z0-9]+)/([0-9A-Za-z]+)/([a-z-]+)-([0-9]+)#\1/codec=\2/size=\3/client=\4-\5#' "$out/raw.txt" > "$out/named.txt"
-(cd /tmp && go run golang.org/x/perf/cmd/benchstat@latest -col '/client@(kepoch kgo kepoch-release kgo-pooled bound paired pooled-paired bound-paired kepoch-parallel)' -row .name,/codec,/size \
+  -e 's#^(Benchmark[A-Za-z]+)/([a-z0-9]+)/([0-9A-Za-z]+)/([a-z0-9-]+)-([0-9]+)#\1/codec=\2/size=\3/client=\4-\5#' "$out/raw.txt" > "$out/named.txt"
+(cd /tmp && go run golang.org/x/perf/cmd/benchstat@latest -col '/client@(kepoch kgo kepoch-release kgo-pooled bound paired pooled-paired reserve0-paired bound-paired kepoch-parallel)' -row .name,/codec,/size \
   -filter '.unit:(records/s OR cpu-ns/record OR kB/request OR x-kgo)' "$out/named.txt")
