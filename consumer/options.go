@@ -47,7 +47,7 @@ type cfg struct {
 	poisonReleased  bool
 	inBand          bool
 	gcReserve       int
-	gcReserveSet    bool // else the reserve is maxBuffered/8
+	gcReserveSet    bool // else the reserve is min(maxBuffered/8, maxDefaultReserve)
 	group           groupCfg
 }
 
@@ -188,7 +188,7 @@ func MaxBufferedBytes(n int) Opt { return optFunc(func(c *cfg) { c.maxBuffered =
 // worth of answers instead. On the benchmark machine, reading 1 KiB
 // records with a 1 MiB answer per partition, the default reserve took
 // collections from about 100 to 30 per run and the CPU per record down by
-// about two fifths (BenchmarkConsumePaired's reserve0-paired runs show the
+// a third or more (BenchmarkConsumePaired's reserve0-paired runs show the
 // consumer without it).
 //
 // It costs memory: the heap may grow by up to twice the reserve before a

@@ -10,7 +10,7 @@
 // keeping little of it live. In a process whose own live heap is small,
 // as in most pipeline services, the collector then runs about once per
 // answer read, and at 1 KiB records that cost the benchmark's consumer
-// about two fifths of its CPU per record. The reserve counts as live, so
+// a third or more of its CPU per record. The reserve counts as live, so
 // cycles come once per reserve's worth of allocation instead: fewer
 // cycles, the same garbage.
 //
