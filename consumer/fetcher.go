@@ -188,10 +188,14 @@ func (c *Consumer) unusableLocked(p *part, a fetchReply, step replicaStep, now t
 	}
 	u := p.unusable
 	pos, _ := p.m.Position()
+	why := "which metadata does not list or lists offline"
+	if u.failed != seek.CodeNone {
+		why = "whose fetches fail (" + u.failed.String() + ")"
+	}
 	c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
 		Offset: pos.Offset, LeaderEpoch: pos.Epoch,
-		Err: fmt.Errorf("%w (leader %d has named broker %d, which metadata does not list or lists offline, as the read replica for %v; the partition is not read until the leader names a known replica or none)",
-			errors.ErrReplicaNotAvailable, u.leader, u.replica, now.Sub(u.since).Round(time.Millisecond))})
+		Err: fmt.Errorf("%w (leader %d has named broker %d, %s, as the read replica for %v; the partition is not read until the leader names a replica that answers, or none)",
+			errors.ErrReplicaNotAvailable, u.leader, u.replica, why, now.Sub(u.since).Round(time.Millisecond))})
 	c.signalLocked()
 }
 

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	stderrors "errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -830,4 +831,69 @@ func TestFollowerLeaderChange(t *testing.T) {
 	if v := validations(); len(v) == 0 || v[len(v)-1] != third {
 		t.Fatalf("OffsetForLeaderEpoch sent to %v; want the new leader %d last", v, third)
 	}
+}
+
+// TestUnreachableReadReplicaReported: a leader that keeps naming a replica
+// metadata lists but the consumer cannot read from (every Fetch to it
+// fails: a broker advertising a listener this client cannot reach, a
+// firewall between racks) leaves the partition unread, each round being a
+// redirect by the leader and a failure at the replica. That must not be
+// silent: the run is reported once, as for a replica metadata does not
+// list, and the partition is read as soon as the replica answers.
+func TestUnreachableReadReplicaReported(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	c := newCluster(t, 1)
+	leader, follower := followerOf(c, 0)
+	redirects := selectReplica(c, leader, rackAware("r2", follower))
+	var (
+		mu  sync.Mutex
+		cut = true
+		n   int
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		if c.CurrentNode() != follower || !cut {
+			return nil, nil, false
+		}
+		n++
+		return nil, stderrors.New("cut"), true
+	})
+	produceRange(t, c, 0, 0, 20)
+	cons := newConsumer(t, c, consumer.Rack("r2"), consumer.MissingPartitionReport(bound))
+	start := time.Now()
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	recs, evs, errs := pollUntil(t, cons, 0, 10*time.Second)
+	if len(recs)+len(evs) > 0 {
+		t.Fatalf("records %d events %v while the replica cannot be reached", len(recs), evs)
+	}
+	if len(errs) != 1 {
+		t.Fatalf("errors %v; want one report of the unreachable read replica (redirects %d)", errs, redirects())
+	}
+	var pe *errors.PartitionError
+	if !stderrors.As(errs[0], &pe) || pe.Op != "fetch" || pe.Partition != 0 || !stderrors.Is(errs[0], errors.ErrReplicaNotAvailable) ||
+		!strings.Contains(errs[0].Error(), fmt.Sprintf("broker %d", follower)) {
+		t.Fatalf("error %v; want a fetch PartitionError matching ErrReplicaNotAvailable naming broker %d", errs[0], follower)
+	}
+	if d := time.Since(start); d < bound {
+		t.Errorf("reported after %v, before MissingPartitionReport %v", d, bound)
+	}
+	mu.Lock()
+	failed := n
+	cut = false
+	mu.Unlock()
+	if failed < 2 || redirects() < 2 {
+		t.Fatalf("%d failed fetches from the replica, %d redirects: want a run of both", failed, redirects())
+	}
+
+	recs, evs, errs = pollUntil(t, cons, 20, 10*time.Second)
+	if len(evs)+len(errs) > 0 {
+		t.Fatalf("after the replica came back: events %v errors %v", evs, errs)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 0}, map[int32]int64{0: 20})
+	checkReadReplica(t, cons, consumer.ReadReplica{Broker: follower, Leader: leader, Preferred: true, LastFrom: follower})
 }

@@ -300,13 +300,15 @@ func OnTruncation(fn func(TruncationEvent)) Opt { return optFunc(func(c *cfg) { 
 //
 // The same bound applies to a partition whose leader keeps naming, as its
 // read replica (see Rack), a broker metadata does not list or lists
-// offline: the leader then answers with no records, and the partition is
-// not read at all. It is reported once, at the first such answer
-// MissingPartitionReport or more after the first of the run (0: at the
-// first), as a *errors.PartitionError (Op "fetch", naming the broker)
+// offline, or one whose fetches keep failing (a listener this client
+// cannot reach): the leader then answers with no records, and the
+// partition is not read at all. It is reported once, at the first such
+// answer MissingPartitionReport or more after the first of the run (0: at
+// the first), as a *errors.PartitionError (Op "fetch", naming the broker)
 // matching errors.ErrReplicaNotAvailable, without halting the partition.
 // Any answer without error ends the run (records, the leader naming no
-// replica or one metadata lists, a replica's answer); errors neither end
+// replica, a replica's answer) except the leader naming a replica
+// metadata lists, which is not yet a read; the leader's errors neither end
 // nor extend it, and a later run is reported again.
 func MissingPartitionReport(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.missingAfter = d })

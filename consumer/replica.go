@@ -120,49 +120,67 @@ func afterReply(r readReplica, a fetchReply, now time.Time, maxAge time.Duration
 	return next, stepAsIs
 }
 
-// unusableRun is a partition's run of leader answers naming a read replica
-// it cannot be read from (stepUnusable): while it lasts, the partition is
-// not read at all, only redirected. A run long enough is reported once
-// (Fetches.Errors), so that a leader that keeps naming an unreachable
-// broker (a custom replica.selector.class, a broker advertising a bad
-// listener) is not a silent stall.
+// unusableRun is a partition's run of answers that leave it unread
+// because of its read replica: the leader naming a replica it cannot be
+// read from (stepUnusable), or the replica it named failing the fetch.
+// While it lasts, the partition is not read at all, only redirected. A run
+// long enough is reported once (Fetches.Errors), so that a leader that
+// keeps naming an unreachable broker (a custom replica.selector.class, a
+// broker advertising a listener this client cannot reach) is not a silent
+// stall.
 type unusableRun struct {
-	// since is the first redirect of the run; zero: no run.
+	// since is the first answer of the run; zero: no run.
 	since time.Time
-	// replica is the broker the last redirect named, leader the leader
-	// that named it.
+	// replica is the broker the last answer of the run named or came
+	// from, leader the leader that named it.
 	replica, leader int32
+	// failed is the error the replica last answered (its transport
+	// error: seek.CodeNetworkException), seek.CodeNone when the last
+	// answer of the run was a redirect to a replica metadata does not
+	// list or lists offline.
+	failed seek.Code
 	// reported: the run was reported; it is not again.
 	reported bool
 }
 
 // afterUnusable returns what a (not stale) answer a, stepped as step
 // (afterReply), leaves of the partition's run u, and whether the run is to
-// be reported now: at the first redirect at least bound after the run's
-// first (bound 0: at the first), once per run.
+// be reported now: at the first answer extending it at least bound after
+// the run's first (bound 0: at the first), once per run.
 //
 // A redirect to an unusable replica starts or extends the run (the replica
-// named may change: the partition is still not read). An answer without
-// error ends it: the partition was read (records, none new, a
-// DivergingEpoch, the leader naming no replica or a usable one, or the
-// replica's own answer), so a later run is a new one and is reported
-// again. An error neither ends nor extends it: the partition was not read
-// then either, and the next redirect finds the run as it was.
+// named may change: the partition is still not read), and so does an error
+// from the replica the leader named (a transport error included): the
+// leader will name it again, and a replica that always fails leaves the
+// partition as unread as one that is not listed. The leader's redirect to
+// a usable replica neither starts, extends nor ends it: nothing was read
+// yet. Any other answer without error ends it: the partition was read
+// (records, none new, a DivergingEpoch, the leader naming no replica, or
+// the replica's own answer), so a later run is a new one and is reported
+// again. Any other error neither ends nor extends it: the partition was
+// not read then either, and the next answer finds the run as it was.
 func afterUnusable(u unusableRun, a fetchReply, step replicaStep, now time.Time, bound time.Duration) (unusableRun, bool) {
+	replica, failed := int32(0), seek.CodeNone
 	switch {
 	case step == stepUnusable:
-		if u.since.IsZero() {
-			u = unusableRun{since: now}
-		}
-		u.replica, u.leader = a.named, a.leader
-		if u.reported || now.Sub(u.since) < bound {
-			return u, false
-		}
-		u.reported = true
-		return u, true
+		replica = a.named
+	case a.from != a.leader && a.code != seek.CodeNone:
+		replica, failed = a.from, a.code
+	case a.from == a.leader && a.code == seek.CodeNone && !a.diverging && !a.records &&
+		a.named >= 0 && a.named != a.leader && a.namedUsable:
+		return u, false // redirected to a replica not yet tried: nothing read
 	case a.code == seek.CodeNone:
 		return unusableRun{}, false
 	default:
 		return u, false
 	}
+	if u.since.IsZero() {
+		u = unusableRun{since: now}
+	}
+	u.replica, u.leader, u.failed = replica, a.leader, failed
+	if u.reported || now.Sub(u.since) < bound {
+		return u, false
+	}
+	u.reported = true
+	return u, true
 }

@@ -99,9 +99,11 @@ func TestAfterReply(t *testing.T) {
 }
 
 // TestAfterUnusable: a run of leader answers naming an unusable read
-// replica is reported once, at the first redirect at least the bound after
-// the run's first; an error neither ends nor extends it; any answer without
-// error (the partition read) ends it, and a later run is reported again.
+// replica, or of errors from the replica the leader named, is reported
+// once, at the first answer extending it at least the bound after the
+// run's first; the leader's own errors and its redirects to a usable
+// replica neither end nor extend it; any other answer without error (the
+// partition read) ends it, and a later run is reported again.
 func TestAfterUnusable(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const bound = 10 * time.Second
@@ -138,15 +140,27 @@ func TestAfterUnusable(t *testing.T) {
 			at(11*time.Second, unknown, false)}, 11 * time.Second, 9, false},
 		{"the leader names none: the run ends", bound, []ans{at(0, unknown, false), at(9*time.Second, none, false),
 			at(11*time.Second, unknown, false)}, 11 * time.Second, 9, false},
-		{"the leader names a known replica: the run ends", bound, []ans{at(0, unknown, false), at(9*time.Second, known, false)}, -1, 0, false},
+		{"the leader names a known replica: the run goes on", bound, []ans{at(0, unknown, false), at(9*time.Second, known, false),
+			at(11*time.Second, unknown, true)}, 0, 9, true},
+		{"a known replica's redirect alone starts no run", bound, []ans{at(0, known, false)}, -1, 0, false},
+		{"the known replica's records end the run", bound, []ans{at(0, unknown, false), at(9*time.Second, known, false),
+			at(9*time.Second, replica(fetchReply{records: true, named: seek.NoBroker}), false)}, -1, 0, false},
 		{"the replica's answer: read", bound, []ans{at(0, unknown, false), at(9*time.Second, replica(fetchReply{named: seek.NoBroker}), false)}, -1, 0, false},
 		{"a DivergingEpoch: read", bound, []ans{at(0, unknown, false), at(9*time.Second, leader(fetchReply{diverging: true, named: 9}), false)}, -1, 0, false},
-		{"errors neither end nor extend the run", bound, []ans{
+		{"the leader's errors neither end nor extend the run", bound, []ans{
 			at(0, unknown, false), at(3*time.Second, leader(fetchReply{code: seek.CodeNotLeaderOrFollower, named: seek.NoBroker}), false),
 			at(6*time.Second, leader(fetchReply{code: seek.CodeNetworkException, named: seek.NoBroker}), false),
-			at(12*time.Second, replica(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), false),
+			at(12*time.Second, leader(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), false),
 			at(13*time.Second, unknown, true)}, 0, 9, true},
-		{"an error alone starts no run", bound, []ans{at(0, leader(fetchReply{code: seek.CodeReplicaNotAvailable, named: seek.NoBroker}), false)}, -1, 0, false},
+		{"a leader's error alone starts no run", bound, []ans{at(0, leader(fetchReply{code: seek.CodeReplicaNotAvailable, named: seek.NoBroker}), false)}, -1, 0, false},
+		{"the replica failing, redirected to again: one run, reported", bound, []ans{
+			at(0, known, false), at(0, replica(fetchReply{code: seek.CodeNetworkException, named: seek.NoBroker}), false),
+			at(5*time.Second, known, false), at(5*time.Second, replica(fetchReply{code: seek.CodeNotLeaderOrFollower, named: seek.NoBroker}), false),
+			at(bound, known, false), at(bound, replica(fetchReply{code: seek.CodeNetworkException, named: seek.NoBroker}), true),
+			at(bound+time.Second, known, false), at(bound+time.Second, replica(fetchReply{code: seek.CodeOffsetOutOfRange, named: seek.NoBroker}), false),
+		}, 0, 2, true},
+		{"the replica failing, then an unusable one named: one run", bound, []ans{
+			at(0, replica(fetchReply{code: seek.CodeNetworkException, named: seek.NoBroker}), false), at(bound, unknown, true)}, 0, 9, true},
 		{"reported, read, redirected again: a new run, reported again", bound, []ans{
 			at(0, unknown, false), at(bound, unknown, true), at(bound+time.Second, none, false),
 			at(20*time.Second, unknown, false), at(29*time.Second, unknown, false), at(30*time.Second, unknown, true),
@@ -164,6 +178,9 @@ func TestAfterUnusable(t *testing.T) {
 		want := unusableRun{}
 		if tc.since >= 0 {
 			want = unusableRun{since: t0.Add(tc.since), replica: tc.replica, leader: 1, reported: tc.reported}
+			if last := tc.seq[len(tc.seq)-1].a; last.from != last.leader {
+				want.failed = last.code
+			}
 		}
 		if u != want {
 			t.Errorf("%s: run = %+v, want %+v", tc.name, u, want)
