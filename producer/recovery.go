@@ -260,6 +260,7 @@ func (s *Sequencer) stale(b *batch) bool { return b.id.Producer != s.producer }
 func (s *Sequencer) resend(b *batch, indefinite bool, d *Decision) {
 	if indefinite {
 		b.maybeWritten = true
+		b.maybeInLog = true
 	}
 	if b.disp != active {
 		return
@@ -538,7 +539,8 @@ func (s *Sequencer) bump(p *partition, d *Decision) {
 // identity; failed and acknowledged batches are dropped.
 func (s *Sequencer) rewrite(p *partition, d *Decision) {
 	p.reset(s.producer)
-	if p.restart {
+	restart := p.restart
+	if restart {
 		// Nothing acknowledged by the deleted incarnation is in the new
 		// one: its offsets mean nothing there.
 		p.lastAckedOffset = -1
@@ -554,10 +556,17 @@ func (s *Sequencer) rewrite(p *partition, d *Decision) {
 		from := b.id
 		b.id = BatchIdentity{Producer: s.producer, BaseSequence: p.nextSeq}
 		p.nextSeq = NextSequence(p.nextSeq, b.records)
-		if b.maybeWritten {
+		if b.maybeInLog {
 			d.Outcomes = append(d.Outcomes, PossibleDuplicate{Batch: b.ref, TP: p.tp, Records: b.records, From: from, To: b.id, Cause: p.cause})
 		} else {
 			d.Outcomes = append(d.Outcomes, ResequencedNoLoss{Batch: b.ref, TP: p.tp, Records: b.records, From: from, To: b.id, Cause: p.cause})
+		}
+		if restart {
+			// The possible copy in the deleted log is reported just
+			// now; the new incarnation's log has not received the
+			// batch, so b.id's sequences are free there until an
+			// attempt to it goes unanswered.
+			b.maybeInLog = false
 		}
 		kept = append(kept, b)
 	}
@@ -568,10 +577,13 @@ func (s *Sequencer) rewrite(p *partition, d *Decision) {
 }
 
 // rollbackTail gives back the sequences of failed batches at the end of p
-// that were certainly never appended, if no other failed batch precedes them.
+// that were certainly never appended to the partition's current topic
+// incarnation, if no other failed batch precedes them. (A batch possibly
+// written only to a deleted incarnation has had no attempt to the current
+// one, or only definitely refused ones: its sequences are free there.)
 func (p *partition) rollbackTail(s *Sequencer) bool {
 	i := len(p.inflight)
-	for i > 0 && p.inflight[i-1].disp == abandoned && !p.inflight[i-1].maybeWritten {
+	for i > 0 && p.inflight[i-1].disp == abandoned && !p.inflight[i-1].maybeInLog {
 		i--
 	}
 	if i == len(p.inflight) {
@@ -693,11 +705,15 @@ func (s *Sequencer) Abandon(ref BatchRef, err error) Decision {
 // refusals that need no new identity), tp's remaining batches are
 // resequenced from 0 under the current identity, in order, each reported
 // with Cause errors.ErrTopicIDChanged: ResequencedNoLoss when every attempt
-// was definitely refused, PossibleDuplicate when some attempt on the
-// deleted incarnation had no definite answer (the deleted log may have held
-// it, and a consumer may have read it there). Until then tp sends nothing,
+// on the deleted incarnation was definitely refused, PossibleDuplicate when
+// some attempt on it had no definite answer (the deleted log may have held
+// it, and a consumer may have read it there; a possible copy in an
+// incarnation deleted before it was reported then, and is not again). Until then tp sends nothing,
 // so no batch reaches the new incarnation with a sequence of the old one.
-// Batches failed on the deleted incarnation leave no gap in the new one.
+// Batches failed on the deleted incarnation leave no gap in the new one;
+// nor does a resequenced batch that fails before an attempt of it to the
+// new incarnation goes unanswered: at the tail, its sequences are given
+// back there without a bump, whatever it may have left in the deleted log.
 func (s *Sequencer) NewIncarnation(tp TopicPartition) Decision {
 	var d Decision
 	p := s.parts[tp]

@@ -841,3 +841,95 @@ func TestNewIncarnationDropsOldGaps(t *testing.T) {
 	}
 	h.resend(tp0, r2, id(pid, 0))
 }
+
+// TestNewIncarnationFailsBeforeResend: a batch whose attempt on the deleted
+// incarnation went unanswered is resequenced from 0 for the new one
+// (PossibleDuplicate, cause ErrTopicIDChanged), and then fails there before
+// it is sent (Abandon, delivery timeout) or after a definite refusal from
+// the new incarnation. The new log has never held it, so its sequences are
+// given back like any refused batch's at the tail: no epoch bump, and the
+// next batch takes sequence 0 under the same identity. With a batch behind
+// it, a bump is still needed (that batch holds later sequences), and that
+// batch's rewrite is ResequencedNoLoss: its only possibly written copy was
+// in the deleted log, already reported, and its identity in the new
+// incarnation was never sent.
+func TestNewIncarnationFailsBeforeResend(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	errEncode := errors.New("cannot encode")
+	for _, tc := range []struct {
+		name string
+		fail func(h *harness, b BatchRef) Decision
+	}{
+		{"abandoned before resend", func(h *harness, b BatchRef) Decision {
+			return h.s.Abandon(b, errEncode)
+		}},
+		{"expired before resend", func(h *harness, b BatchRef) Decision {
+			return h.s.Expire(t0)
+		}},
+		{"refused by the new incarnation", func(h *harness, b BatchRef) Decision {
+			h.resend(tp0, b, id(pid, 0))
+			return h.code(b, kerr.InvalidRecord.Code)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, pid)
+			h.warm(tp0, 1)
+			b1 := h.assignDeadline(tp0, 2, t0)
+			h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+			d := h.s.NewIncarnation(tp0)
+			pd := outcomes[PossibleDuplicate](d)
+			if len(pd) != 1 || pd[0].Batch != b1 || pd[0].To != id(pid, 0) || !errors.Is(pd[0].Cause.Err, kepocherrors.ErrTopicIDChanged) {
+				t.Fatalf("recreation %+v", d)
+			}
+			d = tc.fail(h, b1)
+			if f := outcomes[Failed](d); len(f) != 1 || f[0].Batch != b1 || !f[0].MaybeWritten {
+				t.Fatalf("failure %+v", d)
+			}
+			if d.Bump != nil || h.s.Bumps() != 0 || h.s.NeedsBump() || len(d.Outcomes) != 1 {
+				t.Fatalf("needless bump or outcome: %+v, %d bumps", d, h.s.Bumps())
+			}
+			if _, got := h.assign(tp0, 1); got != id(pid, 0) {
+				t.Fatalf("next batch %v", got)
+			}
+		})
+	}
+
+	t.Run("batch behind it", func(t *testing.T) {
+		h := newHarness(t, Config{}, pid)
+		h.warm(tp0, 1)
+		b1 := h.assignDeadline(tp0, 2, t0)
+		b2 := h.assignDeadline(tp0, 1, t0.Add(time.Hour))
+		names := map[BatchRef]string{b1: "b1", b2: "b2"}
+		h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+		h.s.Complete(b2, ProduceResult{Delivery: NoResponse})
+		if got := kinds(h.s.NewIncarnation(tp0), names); got != "PossibleDuplicate(b1) PossibleDuplicate(b2)" {
+			t.Fatalf("recreation %s", got)
+		}
+		d := h.s.Expire(t0)
+		if got := kinds(d, names); got != "Failed(b1) ResequencedNoLoss(b2)" || d.Bump == nil {
+			t.Fatalf("after expiry: %s, bump %+v", got, d.Bump)
+		}
+		h.resend(tp0, b2, id(ProducerID{ID: pid.ID, Epoch: pid.Epoch + 1}, 0))
+	})
+
+	// Recreated again after a definite refusal from the second
+	// incarnation: the possible copy in the first was reported with the
+	// first recreation; the second never held the batch.
+	t.Run("recreated again", func(t *testing.T) {
+		h := newHarness(t, Config{}, pid)
+		h.warm(tp0, 1)
+		b1 := h.assignDeadline(tp0, 2, t0)
+		names := map[BatchRef]string{b1: "b1"}
+		h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+		if got := kinds(h.s.NewIncarnation(tp0), names); got != "PossibleDuplicate(b1)" {
+			t.Fatalf("first recreation %s", got)
+		}
+		h.resend(tp0, b1, id(pid, 0))
+		h.code(b1, kerr.NotEnoughReplicas.Code)
+		d := h.s.NewIncarnation(tp0)
+		if got := kinds(d, names); got != "ResequencedNoLoss(b1)" || d.Bump != nil {
+			t.Fatalf("second recreation %s, bump %+v", got, d.Bump)
+		}
+		h.resend(tp0, b1, id(pid, 0))
+	})
+}

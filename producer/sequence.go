@@ -172,7 +172,16 @@ type batch struct {
 	// (no response, or an error that can follow an append). Sticky: it
 	// describes the records, whatever identity they carry later.
 	maybeWritten bool
-	attempts     int
+	// maybeInLog is maybeWritten restricted to the partition's current
+	// topic incarnation: it is cleared when the partition's sequences
+	// restart in a new incarnation (rewrite), whose log has not received
+	// the batch (a request that named the deleted incarnation is not
+	// appended to the new one, as NewIncarnation assumes); the deleted
+	// log's possible copy is reported then (PossibleDuplicate). It decides
+	// whether the batch's sequences can be given back (rollbackTail) and
+	// how a later rewrite reports the batch.
+	maybeInLog bool
+	attempts   int
 	// assignedAt is when the batch (or the batch it was split from) was
 	// first assigned.
 	assignedAt time.Time
