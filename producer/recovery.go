@@ -41,6 +41,10 @@ type ProduceResult struct {
 	// LogStartOffset is the partition's log start offset from the response
 	// (Produce v5+); -1 when absent.
 	LogStartOffset int64
+	// ByTopicID: the answer named the topic by ID (Produce v13+), so the
+	// broker takes the partition's requests by topic ID, and one that
+	// named a deleted incarnation is never appended to a new one.
+	ByTopicID bool
 }
 
 // class is what a Produce error code means for the batch.
@@ -211,6 +215,7 @@ func (s *Sequencer) Complete(ref BatchRef, r ProduceResult) Decision {
 }
 
 func (s *Sequencer) answer(b *batch, r ProduceResult, d *Decision) {
+	b.part.byTopicID = r.ByTopicID
 	c := classify(r.Code)
 	cause := Cause{TP: b.part.tp, Err: codeError(r.Code)}
 	if b.inc != b.part.inc {
@@ -561,11 +566,14 @@ func (s *Sequencer) rewrite(p *partition, d *Decision) {
 		} else {
 			d.Outcomes = append(d.Outcomes, ResequencedNoLoss{Batch: b.ref, TP: p.tp, Records: b.records, From: from, To: b.id, Cause: p.cause})
 		}
-		if restart {
+		if restart && p.byTopicID {
 			// The possible copy in the deleted log is reported just
 			// now; the new incarnation's log has not received the
-			// batch, so b.id's sequences are free there until an
-			// attempt to it goes unanswered.
+			// batch (its requests named the deleted one by ID), so
+			// b.id's sequences are free there until an attempt to it
+			// goes unanswered. Requests that name the topic only
+			// could have reached the new log: the batch stays maybe
+			// in it, and a failure of it then bumps the epoch.
 			b.maybeInLog = false
 		}
 		kept = append(kept, b)
@@ -713,7 +721,10 @@ func (s *Sequencer) Abandon(ref BatchRef, err error) Decision {
 // Batches failed on the deleted incarnation leave no gap in the new one;
 // nor does a resequenced batch that fails before an attempt of it to the
 // new incarnation goes unanswered: at the tail, its sequences are given
-// back there without a bump, whatever it may have left in the deleted log.
+// back there without a bump, whatever it may have left in the deleted log
+// (when the partition's answers name the topic by ID, Produce v13+; a
+// request naming the topic only may have reached the new log, and the
+// batch's failure bumps the epoch).
 func (s *Sequencer) NewIncarnation(tp TopicPartition) Decision {
 	var d Decision
 	p := s.parts[tp]

@@ -422,7 +422,7 @@ func (d *mDriver) process(tp TopicPartition) {
 		res = answered(kerr.InvalidRecord.Code)
 	default:
 		code, base := d.append(m, req)
-		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
+		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart, ByTopicID: true}
 		switch {
 		case fate < 22: // appended (or not), answer lost
 			res = ProduceResult{Delivery: NoResponse}
@@ -496,7 +496,7 @@ func (d *mDriver) recreate(tp TopicPartition) {
 			continue
 		}
 		code, base := d.append(old, *req)
-		res := ProduceResult{Code: code, BaseOffset: base, LogStartOffset: old.logStart}
+		res := ProduceResult{Code: code, BaseOffset: base, LogStartOffset: old.logStart, ByTopicID: true}
 		if d.rrng.Intn(3) == 0 {
 			res = ProduceResult{Delivery: NoResponse}
 		}

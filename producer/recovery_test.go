@@ -45,11 +45,15 @@ func outcomes[T Outcome](d Decision) []T {
 	return out
 }
 
+// Answers name the topic by ID, as Kafka 4.1 and later answer (Produce
+// v13+).
 var (
 	answered = func(code int16) ProduceResult {
-		return ProduceResult{Code: code, BaseOffset: -1, LogStartOffset: -1}
+		return ProduceResult{Code: code, BaseOffset: -1, LogStartOffset: -1, ByTopicID: true}
 	}
-	okAt = func(off int64) ProduceResult { return ProduceResult{BaseOffset: off, LogStartOffset: 0} }
+	okAt = func(off int64) ProduceResult {
+		return ProduceResult{BaseOffset: off, LogStartOffset: 0, ByTopicID: true}
+	}
 	oosn = answered(kerr.OutOfOrderSequenceNumber.Code)
 )
 
@@ -931,5 +935,22 @@ func TestNewIncarnationFailsBeforeResend(t *testing.T) {
 			t.Fatalf("second recreation %s, bump %+v", got, d.Bump)
 		}
 		h.resend(tp0, b1, id(pid, 0))
+	})
+
+	// Answers that name the topic only (Produce below v13): a request
+	// that named the deleted incarnation by name may have been appended
+	// to the new one, so the batch's failure bumps the epoch as it did
+	// before the new incarnation (its sequences are not given back).
+	t.Run("topic named only", func(t *testing.T) {
+		h := newHarness(t, Config{}, pid)
+		h.byName = true
+		h.warm(tp0, 1)
+		b1 := h.assignDeadline(tp0, 2, t0)
+		h.s.Complete(b1, ProduceResult{Delivery: NoResponse})
+		h.s.NewIncarnation(tp0)
+		d := h.s.Abandon(b1, errEncode)
+		if f := outcomes[Failed](d); len(f) != 1 || !f[0].MaybeWritten || d.Bump == nil {
+			t.Fatalf("failure %+v; want Failed(MaybeWritten) and a bump", d)
+		}
 	})
 }

@@ -246,6 +246,10 @@ type partition struct {
 	// needs no new identity: the new partition holds no producer state).
 	inc     uint64
 	restart bool
+	// byTopicID: the partition's last answer named its topic by ID
+	// (ProduceResult.ByTopicID), so its requests cannot land in another
+	// incarnation than the one they named.
+	byTopicID bool
 	// ackedN is the highest n of an acknowledged batch (0: none): whether
 	// the open transaction had a batch acknowledged here (ackedSince).
 	ackedN uint64

@@ -20,6 +20,9 @@ var (
 type harness struct {
 	t *testing.T
 	s *Sequencer
+	// byName: answers name the topic, not its ID (Produce below v13);
+	// by default they name its ID, as Kafka 4.1 and later answer.
+	byName bool
 }
 
 func newHarness(t *testing.T, cfg Config, id ProducerID) *harness {
@@ -29,12 +32,12 @@ func newHarness(t *testing.T, cfg Config, id ProducerID) *harness {
 		t.Fatal(err)
 	}
 	if !id.Valid() {
-		return &harness{t, s}
+		return &harness{t: t, s: s}
 	}
 	if _, err := s.SetProducer(id); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t, s}
+	return &harness{t: t, s: s}
 }
 
 func (h *harness) assign(tp TopicPartition, n int32) (BatchRef, BatchIdentity) {
@@ -67,12 +70,12 @@ func (h *harness) assignDeadline(tp TopicPartition, n int32, dl time.Time) Batch
 
 func (h *harness) ok(ref BatchRef, offset int64) Decision {
 	h.t.Helper()
-	return h.s.Complete(ref, ProduceResult{BaseOffset: offset, LogStartOffset: 0})
+	return h.s.Complete(ref, ProduceResult{BaseOffset: offset, LogStartOffset: 0, ByTopicID: !h.byName})
 }
 
 func (h *harness) code(ref BatchRef, code int16) Decision {
 	h.t.Helper()
-	return h.s.Complete(ref, ProduceResult{Code: code, BaseOffset: -1, LogStartOffset: -1})
+	return h.s.Complete(ref, ProduceResult{Code: code, BaseOffset: -1, LogStartOffset: -1, ByTopicID: !h.byName})
 }
 
 // resend sends tp's next retry and checks it is ref with identity want.

@@ -505,6 +505,7 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 				for _, rp := range t.Partitions {
 					if rp.Partition == x.ps.tp.Partition {
 						res.Code, res.BaseOffset, res.LogStartOffset, found = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset, true
+						res.ByTopicID = t.TopicID != ([16]byte{})
 						if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
 							// The hint is about the incarnation the request
 							// named: ignored if the cache moved on.

@@ -533,7 +533,7 @@ func (d *txnDriver) processTxn(tp TopicPartition) {
 		res = answered(kerr.InvalidRecord.Code)
 	default:
 		code, base := d.append(m, req)
-		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart}
+		res = ProduceResult{Code: code, BaseOffset: base, LogStartOffset: m.logStart, ByTopicID: true}
 		switch {
 		case fate < 18:
 			res = ProduceResult{Delivery: NoResponse}
