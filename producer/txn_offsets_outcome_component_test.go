@@ -181,7 +181,16 @@ func TestTxnOffsetCommitLostAnswerFencesLateCopy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2)
-			p, _ := newTxnProducer(t, c, "offsets-lost-answer", tv1(), producer.RequestTimeout(300*time.Millisecond))
+			// Without any answer the call ends at the request timeout:
+			// short, so that the test is. The transport resends after
+			// its retry backoff (about 250 ms, more under load), which
+			// a timeout that short cut off (failed 4 runs in 30 under
+			// -race).
+			timeout := 5 * time.Second
+			if tc.dropAll {
+				timeout = 300 * time.Millisecond
+			}
+			p, _ := newTxnProducer(t, c, "offsets-lost-answer", tv1(), producer.RequestTimeout(timeout))
 			ctx := testCtx(t, 20*time.Second)
 			g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
 			if err := p.BeginTransaction(); err != nil {
