@@ -259,7 +259,7 @@ func (c *Consumer) startPartLocked(tp TopicPartition, start Start) error {
 		}
 		c.parts[tp] = p
 		if mp, err := c.meta.Lookup(tp.Topic, tp.Partition); err == nil || mp.Leader >= 0 || mp.LeaderEpoch >= 0 {
-			c.stepLocked(p, c.leaderChangedLocked(mp))
+			c.stepLocked(p, c.leaderChangedLocked(mp.Leader, mp.LeaderEpoch, mp.TopicID))
 		}
 	}
 	c.repositionLocked(p)
@@ -293,8 +293,10 @@ func validStart(s Start) error {
 	return nil
 }
 
-func (c *Consumer) leaderChangedLocked(mp metadata.Partition) seek.LeaderChanged {
-	return seek.LeaderChanged{Leader: mp.Leader, Epoch: mp.LeaderEpoch, TopicID: seek.TopicID(mp.TopicID), InBand: c.inBandLocked(mp.Leader)}
+// leaderChangedLocked is the LeaderChanged step of a leader and epoch
+// metadata gives for a partition of topic id.
+func (c *Consumer) leaderChangedLocked(leader, epoch int32, id metadata.TopicID) seek.LeaderChanged {
+	return seek.LeaderChanged{Leader: leader, Epoch: epoch, TopicID: seek.TopicID(id), InBand: c.inBandLocked(leader)}
 }
 
 // inBandLocked reports whether broker id is known to check a fetch's
@@ -599,7 +601,7 @@ func (c *Consumer) tickLoop() {
 		for _, p := range c.parts {
 			if fresh && p.m.State() != seek.StateFetching {
 				if mp, err := c.meta.Lookup(p.tp.Topic, p.tp.Partition); err == nil || mp.LeaderEpoch >= 0 {
-					c.stepLocked(p, c.leaderChangedLocked(mp))
+					c.stepLocked(p, c.leaderChangedLocked(mp.Leader, mp.LeaderEpoch, mp.TopicID))
 				}
 			}
 			if fresh || !p.missingSince.IsZero() {
@@ -654,8 +656,7 @@ func (c *Consumer) metadataLoop() {
 			if p == nil {
 				continue
 			}
-			c.stepLocked(p, seek.LeaderChanged{Leader: ev.Leader, Epoch: ev.LeaderEpoch, TopicID: seek.TopicID(ev.TopicID),
-				InBand: c.inBandLocked(ev.Leader)})
+			c.stepLocked(p, c.leaderChangedLocked(ev.Leader, ev.LeaderEpoch, ev.TopicID))
 		}
 		c.mu.Unlock()
 	}

@@ -479,7 +479,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	// no partition for which it named a read replica or found a
 	// DivergingEpoch.
 	for _, in := range parts {
-		if c.parts[in.p.tp] == in.p && in.p.m.AwaitsFetch(in.req) {
+		if !in.p.unusable.since.IsZero() && c.parts[in.p.tp] == in.p && in.p.m.AwaitsFetch(in.req) {
 			// Read, nothing new: it ends a run of redirects.
 			c.unusableLocked(in.p, fetchReply{from: f.id, leader: in.leader, epoch: in.epoch, named: seek.NoBroker}, stepAsIs, time.Now())
 		}

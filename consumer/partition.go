@@ -62,8 +62,8 @@ type part struct {
 	// (zero while it has it); missingReported is set once Poll was told.
 	missingSince    time.Time
 	missingReported bool
-	// unusable is the partition's run of leader answers naming a read
-	// replica it cannot be read from (afterUnusable).
+	// unusable is the partition's run of answers that leave it unread
+	// because of its read replica (afterUnusable).
 	unusable unusableRun
 }
 

@@ -285,7 +285,8 @@ type Fetches struct {
 	// metadata for MissingPartitionReport (a *errors.PartitionError, Op
 	// "lookup", matching errors.ErrUnknownTopicOrPartition) and one whose
 	// leader has named, for MissingPartitionReport, a read replica that
-	// metadata does not list or lists offline, so that it is not read (a
+	// metadata does not list or lists offline, or whose fetches keep
+	// failing, so that it is not read (a
 	// *errors.PartitionError, Op "fetch", naming the broker, matching
 	// errors.ErrReplicaNotAvailable; see Rack). Each is reported once, and
 	// again only if it recurs after the partition was back.

@@ -141,11 +141,7 @@ func TestConsumerReportsUncleanTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The broker's own answer, sent raw to the new leader.
-	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	truth := u.truth(ctx, t, c, logf)
 
 	checkEvent := func(name string, ev consumer.TruncationEvent) {
 		t.Helper()

@@ -63,11 +63,7 @@ func TestConsumerRestartFromEpochHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	truth := u.truth(ctx, t, c, logf)
 
 	restartAt := func(offset int64) (*consumer.Consumer, consumer.Start) {
 		h := consumer.NewEpochHistory(0)

@@ -193,11 +193,7 @@ func TestConsumerFollowerReportsUncleanTruncation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	truth := u.truth(ctx, t, c, logf)
 	delivered := len(p.records)
 	readFrom(ctx, t, cons, &p, u.Topic, truth.EndOffset, valuesOf("c", after), u.NewLeader)
 	if len(p.events) != 1 || len(p.errs) != 0 || p.eventAt[0] != delivered {

@@ -105,11 +105,7 @@ func TestGroupRestartReportsUncleanTruncation(t *testing.T) {
 			t.Fatalf("group %s: the coordinator holds %d@%d (%v); want %d@%d", g, off, epoch, err, before+lost, u.OldEpoch)
 		}
 	}
-	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	truth := u.truth(ctx, t, c, logf)
 	check := func(name string, ev consumer.TruncationEvent) {
 		t.Helper()
 		if ev.Kind != consumer.Diverged || ev.Topic != u.Topic || ev.Partition != 0 {

@@ -45,22 +45,7 @@ func TestConsumerInBandReportsUncleanTruncation(t *testing.T) {
 	logf := func(format string, args ...any) {
 		t.Logf("[%5.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	type side struct {
-		name string
-		c    *consumer.Consumer
-		p    polled
-		ofle requestCounter
-	}
-	var sides []*side
-	for _, inBand := range []bool{false, true} {
-		s := &side{name: "validate first", ofle: requestCounter{key: kmsg.OffsetForLeaderEpoch.Int16()}}
-		if inBand {
-			s.name = "in band"
-		}
-		s.c = newConsumer(t, consumer.Rack("r1"), consumer.TruncationPolicy(consumer.PolicyEarliest),
-			consumer.ValidateInBand(inBand), consumer.TransportOpts(kgo.WithHooks(&s.ofle)))
-		sides = append(sides, s)
-	}
+	sides := inBandSides(t, consumer.Rack("r1"), consumer.TruncationPolicy(consumer.PolicyEarliest))
 	const before, lost, after = 10, 10, 5
 	u, err := EngineerUncleanElection(ctx, c, UncleanPlan{
 		Prefix: "inband-unclean", Before: before, Lost: lost, After: after, Log: logf,
@@ -85,11 +70,7 @@ func TestConsumerInBandReportsUncleanTruncation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	truth := u.truth(ctx, t, c, logf)
 	for _, s := range sides {
 		delivered := len(s.p.records)
 		readFrom(ctx, t, s.c, &s.p, u.Topic, truth.EndOffset, valuesOf("c", after), u.NewLeader)
@@ -137,19 +118,8 @@ func TestConsumerInBandCleanLeaderChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type side struct {
-		name string
-		c    *consumer.Consumer
-		p    polled
-		ofle requestCounter
-	}
-	var sides []*side
-	for _, inBand := range []bool{false, true} {
-		s := &side{name: "validate first", ofle: requestCounter{key: kmsg.OffsetForLeaderEpoch.Int16()}}
-		if inBand {
-			s.name = "in band"
-		}
-		s.c = newConsumer(t, consumer.ValidateInBand(inBand), consumer.TransportOpts(kgo.WithHooks(&s.ofle)))
+	sides := inBandSides(t)
+	for _, s := range sides {
 		var as []consumer.Assignment
 		for p := int32(0); p < 3; p++ {
 			as = append(as, consumer.Assignment{Topic: topic, Partition: p, Start: consumer.Earliest()})
@@ -160,7 +130,6 @@ func TestConsumerInBandCleanLeaderChange(t *testing.T) {
 		if err := s.p.pollFor(ctx, s.c, func(p *polled) bool { return len(p.records) >= 3*len(a) }); err != nil {
 			t.Fatal(err)
 		}
-		sides = append(sides, s)
 	}
 	st, err := c.MoveLeader(ctx, topic, 0)
 	if err != nil {
@@ -197,4 +166,29 @@ func TestConsumerInBandCleanLeaderChange(t *testing.T) {
 	if n := sides[1].ofle.n.Load(); n != 0 {
 		t.Fatalf("the in-band consumer sent %d OffsetForLeaderEpoch requests", n)
 	}
+}
+
+// inBandSide is one of two consumers a scenario runs side by side, alike
+// but for ValidateInBand, each counting the OffsetForLeaderEpoch
+// requests it sends.
+type inBandSide struct {
+	name string
+	c    *consumer.Consumer
+	p    polled
+	ofle requestCounter
+}
+
+// inBandSides returns the two sides, validating first and in band, made
+// with opts besides.
+func inBandSides(t *testing.T, opts ...consumer.Opt) []*inBandSide {
+	var sides []*inBandSide
+	for _, inBand := range []bool{false, true} {
+		s := &inBandSide{name: "validate first", ofle: requestCounter{key: kmsg.OffsetForLeaderEpoch.Int16()}}
+		if inBand {
+			s.name = "in band"
+		}
+		s.c = newConsumer(t, append(opts[:len(opts):len(opts)], consumer.ValidateInBand(inBand), consumer.TransportOpts(kgo.WithHooks(&s.ofle)))...)
+		sides = append(sides, s)
+	}
+	return sides
 }

@@ -128,6 +128,19 @@ type Unclean struct {
 	LostValues           []string // what they held
 }
 
+// truth returns what u's new leader answers a raw OffsetForLeaderEpoch for
+// the old epoch, which it logs with logf: the divergence point a
+// truncation report must name.
+func (u Unclean) truth(ctx context.Context, t testing.TB, c *Cluster, logf func(string, ...any)) EpochEnd {
+	t.Helper()
+	truth, err := c.OffsetForLeaderEpoch(ctx, u.NewLeader, u.Topic, 0, u.OldEpoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf("new leader %d answers OffsetForLeaderEpoch(%d) = end offset %d, epoch %d", u.NewLeader, u.OldEpoch, truth.EndOffset, truth.LeaderEpoch)
+	return truth
+}
+
 // EngineerUncleanElection makes a real unclean leader election on a fresh
 // topic with one partition, replication factor 2 and min.insync.replicas=1:
 // Before records on both replicas, the first half under the topic's first

@@ -37,7 +37,6 @@ import (
 // nothing.
 type Hold struct {
 	size     int
-	once     sync.Once
 	released atomic.Bool
 }
 
@@ -64,18 +63,15 @@ func Take(n int) *Hold {
 // Release gives the claim up; the reserve shrinks to the largest claim
 // left, and is freed with the last. Release is idempotent and safe on nil.
 func (h *Hold) Release() {
-	if h == nil || h.size == 0 {
+	if h == nil || h.size == 0 || !h.released.CompareAndSwap(false, true) {
 		return
 	}
-	h.once.Do(func() {
-		h.released.Store(true)
-		mu.Lock()
-		defer mu.Unlock()
-		if holds[h.size]--; holds[h.size] == 0 {
-			delete(holds, h.size)
-		}
-		resizeLocked()
-	})
+	mu.Lock()
+	defer mu.Unlock()
+	if holds[h.size]--; holds[h.size] == 0 {
+		delete(holds, h.size)
+	}
+	resizeLocked()
 }
 
 // Size returns the bytes h claims: 0 once released, or if it claimed none.
