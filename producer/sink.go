@@ -15,6 +15,7 @@ import (
 
 	"github.com/kepoch/kepoch/errors"
 	recbatch "github.com/kepoch/kepoch/internal/batch"
+	"github.com/kepoch/kepoch/internal/compress"
 	"github.com/kepoch/kepoch/metadata"
 )
 
@@ -33,6 +34,7 @@ type sink struct {
 	wrote chan struct{} // closed when the request being issued is written
 
 	builder *recbatch.Builder // the sink's own: batches are encoded outside the producer's lock
+	scratch []byte            // the builder's output for compressed batches, copied out at their size
 
 	// busy: a request is on the wire (set by step before each build, read
 	// by Produce to skip waking the sink for records that must wait).
@@ -397,7 +399,16 @@ func (s *sink) encode(x *sent) error {
 	}
 	// b.size bounds the uncompressed batch (the header, and RecordSize per
 	// record): uncompressed records are written straight into the buffer.
-	s.builder.ResetInto(spec, getBuf(b.size))
+	// A compressed batch is written into the sink's scratch buffer (room
+	// for the worst case, which compression almost never needs) and copied
+	// into one of its own size: a batch keeps its bytes until it is
+	// acknowledged, and the worst case is about the uncompressed size.
+	compressed := spec.Codec != compress.None
+	if compressed {
+		s.builder.ResetInto(spec, s.scratch[:0])
+	} else {
+		s.builder.ResetInto(spec, getBuf(b.size))
+	}
 	fail := func(err error) error {
 		return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1, Err: err}
 	}
@@ -414,6 +425,10 @@ func (s *sink) encode(x *sent) error {
 	enc, err := s.builder.Finish()
 	if err != nil {
 		return fail(err)
+	}
+	if compressed {
+		s.scratch = enc[:0]
+		enc = append(getBuf(len(enc)), enc...)
 	}
 	b.encoded, b.stamped = enc, x.id
 	return nil

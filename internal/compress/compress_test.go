@@ -308,3 +308,35 @@ func TestDecompressAllocs(t *testing.T) {
 		}
 	}
 }
+
+// A zstd frame of a batch-sized input declares ZstdWindow, and encoding it
+// with a fresh Compressor allocates about the window's history (the
+// library's 8 MiB default window costs a 16 MiB history per encoder).
+func TestZstdFrameWindow(t *testing.T) {
+	src := benchPayload(1 << 20)
+	var c *Compressor
+	var out []byte
+	alloc := allocated(func() {
+		c, _ = NewCompressor()
+		var err error
+		if out, err = c.Compress(nil, src, Zstd); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var h zstd.Header
+	if err := h.Decode(out); err != nil {
+		t.Fatal(err)
+	}
+	if h.WindowSize != ZstdWindow || h.SingleSegment {
+		t.Errorf("frame window %d (single segment %v), want %d", h.WindowSize, h.SingleSegment, ZstdWindow)
+	}
+	// The history (1 MiB at least), the encoder's tables and the output.
+	if alloc > 6<<20 {
+		t.Errorf("compressing 1 MiB with a new Compressor allocated %d MiB", alloc>>20)
+	}
+	d, _ := NewDecompressor(2 << 20)
+	back, err := d.Decompress(nil, out, Zstd)
+	if err != nil || !bytes.Equal(back, src) {
+		t.Fatalf("round trip: %v", err)
+	}
+}
