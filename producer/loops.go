@@ -256,6 +256,14 @@ func (p *Producer) metadataLoop() {
 				}
 			}
 			ps.leader, ps.epoch = ev.Leader, ev.LeaderEpoch
+			if ev.Leader < 0 && ps.open != nil {
+				// No sink sends the open batch while the partition has
+				// no leader (nor closes it at its linger): close it, so
+				// that a sticky partitioner moves unkeyed records on to
+				// a partition with a leader instead of filling this
+				// batch until its delivery timeout.
+				ps.closeOpen(p)
+			}
 			p.setTopicIDLocked(ps, ev.TopicID)
 			p.sinkLocked(ev.Leader).wakeUp()
 			if ev.LeaderEpoch >= 0 {
@@ -306,6 +314,9 @@ func (p *Producer) expireLoop() {
 				if ps.open != nil && !now.Before(ps.open.deadline) {
 					b := ps.open
 					ps.open = nil
+					// It ends like a closed batch: a sticky partitioner
+					// moves on (the partition had no leader to send it).
+					p.part.BatchClosed(ps.tp.Topic, ps.tp.Partition)
 					p.finishLocked(b, expiredErr(b, -1), -1, nil)
 					expiredUnsent = true
 				}

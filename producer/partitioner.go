@@ -21,7 +21,9 @@ type Partitioner interface {
 // client wrote it; unkeyed records stick to one partition until its batch
 // closes, then move to another at random (KIP-480), among the partitions
 // that have a leader when any has (as Java's since KIP-794): unkeyed records
-// do not wait in a partition that cannot take them.
+// do not wait in a partition that cannot take them (the producer closes
+// the open batch of a partition that loses its leader, and a batch that
+// expires unsent ends like a closed one, so the sticky choice moves on).
 func DefaultPartitioner() Partitioner { return &stickyKeyPartitioner{sticky: map[string]int32{}} }
 
 // availabilityPartitioner is a Partitioner that can leave out, for records

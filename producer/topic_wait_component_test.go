@@ -2,6 +2,8 @@ package producer_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +182,140 @@ func TestProduceUnknownTopicMetadataWait(t *testing.T) {
 func TestMetadataWaitValidated(t *testing.T) {
 	if _, err := producer.New(producer.SeedBrokers("127.0.0.1:1"), producer.MetadataWait(0)); err == nil {
 		t.Fatal("New accepted MetadataWait(0)")
+	}
+}
+
+// leaderSwitch answers Metadata through a real client with the partitions
+// it is told made leaderless; every change raises every partition's leader
+// epoch, so the refresher adopts it.
+type leaderSwitch struct {
+	cl         *kgo.Client
+	mu         sync.Mutex
+	leaderless map[int32]bool
+	gen        int32
+}
+
+func (l *leaderSwitch) set(parts ...int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leaderless = map[int32]bool{}
+	for _, p := range parts {
+		l.leaderless[p] = true
+	}
+	l.gen++
+}
+
+func (l *leaderSwitch) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	resp, err := l.cl.Request(ctx, req)
+	if m, ok := resp.(*kmsg.MetadataResponse); ok && err == nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i := range m.Topics {
+			for j := range m.Topics[i].Partitions {
+				p := &m.Topics[i].Partitions[j]
+				p.LeaderEpoch += l.gen
+				if l.leaderless[p.Partition] {
+					p.Leader = -1
+					p.ErrorCode = 5 // LEADER_NOT_AVAILABLE
+				}
+			}
+		}
+	}
+	return resp, err
+}
+
+// newLeaderSwitch returns a switch (partitions leaderless at first) and a
+// refresher answered through it, closed when the test ends.
+func newLeaderSwitch(t *testing.T, c *kfake.Cluster, parts ...int32) (*leaderSwitch, *metadata.Refresher) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	l := &leaderSwitch{cl: cl}
+	l.set(parts...)
+	r := metadata.NewRefresher(l, metadata.MaxAge(100*time.Millisecond), metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	t.Cleanup(r.Close)
+	return l, r
+}
+
+// waitLeaderless waits until the refresher names no leader for part.
+func waitLeaderless(t *testing.T, r *metadata.Refresher, part int32) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("partition %d leaderless", part), func() bool {
+		lp, err := r.Lookup(topic, part)
+		return err != nil || lp.Leader < 0
+	})
+	time.Sleep(50 * time.Millisecond) // the producer's metadata loop follows
+}
+
+// Unkeyed records leave a partition that loses its leader while they
+// linger there: the sticky partition moves on (its batch, which no sink
+// can send, is closed), so the records that follow go to a partition with
+// a leader instead of waiting in the leaderless one for as long as it has
+// none (until their delivery timeout).
+func TestUnkeyedRecordsLeaveAPartitionThatLosesItsLeader(t *testing.T) {
+	c := newCluster(t, 2)
+	l, r := newLeaderSwitch(t, c, 1)
+	p := newProducer(t, c, producer.WithMetadata(r), producer.Linger(2*time.Second), producer.DeliveryTimeout(time.Minute))
+	ctx := testCtx(t, 20*time.Second)
+	if _, _, err := r.WaitForTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 1 has no leader: the first record sticks to partition 0,
+	// where it lingers; then partition 0 loses its leader and 1 has one.
+	first := sendAsync(t, ctx, p, &producer.Record{Topic: topic, Value: []byte("first")})
+	l.set(0)
+	waitLeaderless(t, r, 0)
+	var rs []*producer.Record
+	for i := range 10 {
+		rs = append(rs, &producer.Record{Topic: topic, Value: []byte(fmt.Sprint("v", i))})
+	}
+	later := sendAsync(t, ctx, p, rs...)
+	select {
+	case <-later.all:
+	case <-time.After(5 * time.Second):
+		t.Error("records produced after partition 0 lost its leader not delivered after 5s (partition 1 has a leader)")
+	}
+	l.set()
+	for _, res := range later.wait(10 * time.Second) {
+		if res.Err != nil || res.Partition != 1 {
+			t.Errorf("%s: partition %d, %v; want acknowledged in partition 1", res.Record.Value, res.Partition, res.Err)
+		}
+	}
+	if res := first.wait(10 * time.Second)[0]; res.Err != nil || res.Partition != 0 {
+		t.Fatalf("first: partition %d, %v; want acknowledged in partition 0 once it has a leader", res.Partition, res.Err)
+	}
+}
+
+// An unkeyed record put in a leaderless partition (none had a leader) that
+// expires there does not keep the partition sticky: once another partition
+// has a leader, the next unkeyed record goes there, not to the partition
+// that still has none.
+func TestUnkeyedRecordsLeaveAPartitionWhereTheyExpired(t *testing.T) {
+	c := newCluster(t, 2)
+	l, r := newLeaderSwitch(t, c)
+	p := newProducer(t, c, producer.WithMetadata(r), producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(500*time.Millisecond))
+	ctx := testCtx(t, 20*time.Second)
+	for part := range int32(2) {
+		mustOK(t, sendAll(t, ctx, p, prec(part, "before")))
+	}
+	l.set(0, 1)
+	waitLeaderless(t, r, 0)
+	waitLeaderless(t, r, 1)
+	res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("first")})
+	if !errors.Is(err, producer.ErrDeliveryTimeout) {
+		t.Fatalf("first record, no partition with a leader: %v; want ErrDeliveryTimeout", err)
+	}
+	stuck := res[0].Partition
+	l.set(stuck)
+	eventually(t, 5*time.Second, "the other partition has a leader", func() bool {
+		lp, err := r.Lookup(topic, 1-stuck)
+		return err == nil && lp.Leader >= 0
+	})
+	res, err = p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("second")})
+	if err != nil || res[0].Partition != 1-stuck {
+		t.Fatalf("second record: partition %d, %v; want acknowledged in partition %d, which has a leader (%d has none)", res[0].Partition, err, 1-stuck, stuck)
 	}
 }
