@@ -91,7 +91,9 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 		p.cachePstateLocked(ps)
 	}
 	if ps == nil {
-		ps = &pstate{tp: tp, topicID: topicID, leader: -1, epoch: -1}
+		// Its topic ID is set below (setTopicIDLocked: the one metadata
+		// holds now).
+		ps = &pstate{tp: tp, leader: -1, epoch: -1}
 		if mp, err := p.meta.Lookup(tp.Topic, tp.Partition); err == nil && mp.Leader >= 0 {
 			ps.leader, ps.epoch = mp.Leader, mp.LeaderEpoch
 		}
@@ -108,9 +110,21 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 // of the topic (metadata adopts topic IDs only forward): the partition's
 // sequences start afresh for it (Sequencer.NewIncarnation), before
 // anything is sent to it.
+//
+// The ID given may be stale: Produce reads it before it takes the lock (and
+// may wait for buffer space in between), and a metadata event may have been
+// queued before the topic was recreated. The ID metadata holds now is taken
+// instead, so that a partition never goes back to a deleted incarnation
+// (its batches would be sent to a topic ID that no longer exists, until
+// their delivery timeout).
 func (p *Producer) setTopicIDLocked(ps *pstate, id [16]byte) {
 	if id == ([16]byte{}) || id == ps.topicID {
 		return
+	}
+	if t, _, err := p.meta.TopicAt(ps.tp.Topic); err == nil && t.ID != ([16]byte{}) {
+		if id = t.ID; id == ps.topicID {
+			return
+		}
 	}
 	old := ps.topicID
 	ps.topicID = id

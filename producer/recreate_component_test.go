@@ -8,6 +8,8 @@ package producer_test
 import (
 	"context"
 	stderrors "errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -312,5 +314,61 @@ func TestRecreatedTopicAbortsTransactionWithAckedRecord(t *testing.T) {
 	commitTxn(t, ctx, p, prec(0, "b"))
 	if got := committedValues(t, c, 1); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("committed: %q; want [b]", got)
+	}
+}
+
+// A Produce blocked on a full buffer while the topic is deleted and
+// created again read the topic's ID before it blocked: when it proceeds,
+// the partition keeps the new incarnation's ID (which metadata holds)
+// instead of going back to the deleted one's, and its record is written to
+// the new incarnation. (Taken back to the deleted ID, the partition sent
+// its batches to a topic that no longer exists until their delivery
+// timeout: the record failed though the topic was there.)
+func TestBlockedProduceKeepsTheNewIncarnation(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.MaxBufferedBytes(1024), producer.BatchMaxBytes(1024),
+		producer.RequestTimeout(time.Second), producer.DeliveryTimeout(3*time.Second))
+	ctx := testCtx(t, 20*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+
+	// A record on the wire (held) fills most of the buffer; the next
+	// Produce waits for space.
+	release, held := holdProduceSeen(c, 0)
+	defer release()
+	first := sendAsync(t, ctx, p, prec(0, "b"+strings.Repeat("x", 800)))
+	onWire(t, held)
+	lateValue := "late" + strings.Repeat("y", 400)
+	blocked := make(chan error, 1)
+	late := make(chan producer.Result, 1)
+	go func() {
+		blocked <- p.Produce(ctx, prec(0, lateValue), func(r producer.Result) { late <- r })
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-blocked:
+		t.Fatalf("Produce did not wait for buffer space: %v", err)
+	default:
+	}
+
+	recreateAndAdopt(t, ctx, c, p)
+	newID := producer.PartitionTopicID(p, topic, 0)
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatalf("blocked Produce: %v", err)
+	}
+	if got := producer.PartitionTopicID(p, topic, 0); got != newID {
+		t.Fatalf("after the blocked Produce the partition names topic ID %x, not the new incarnation's %x", got, newID)
+	}
+	first.wait(10 * time.Second)
+	select {
+	case r := <-late:
+		if r.Err != nil {
+			t.Fatalf("record produced after waiting for space: %v; want acknowledged by the new incarnation", r.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report for the record produced after waiting for space")
+	}
+	if log := values(partitionLog(t, c, 0)); slices.Index(log, lateValue) != len(log)-1 {
+		t.Fatalf("the late record at %d of the new incarnation's %d records; want it once, last", slices.Index(log, lateValue), len(log))
 	}
 }
