@@ -45,6 +45,7 @@ type cfg struct {
 	level        int
 	levelSet     bool
 	batchBytes   int
+	requestBytes int
 	linger       time.Duration
 	maxBuffered  int
 	deliveryTO   time.Duration
@@ -67,6 +68,7 @@ func defaultCfg() cfg {
 		txnTimeout:   time.Minute,
 		codec:        compress.None,
 		batchBytes:   1 << 20,
+		requestBytes: DefaultMaxRequestBytes,
 		maxBuffered:  64 << 20,
 		deliveryTO:   2 * time.Minute,
 		requestTO:    30 * time.Second,
@@ -93,6 +95,8 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("producer: unknown compression codec %d", c.codec)
 	case c.batchBytes < 1024 || c.batchBytes > 64<<20:
 		return fmt.Errorf("producer: BatchMaxBytes %d out of range [1 KiB, 64 MiB]", c.batchBytes)
+	case c.requestBytes < c.batchBytes || c.requestBytes > 1<<30:
+		return fmt.Errorf("producer: MaxRequestBytes %d out of range [BatchMaxBytes %d, 1 GiB]", c.requestBytes, c.batchBytes)
 	case c.linger < 0:
 		return fmt.Errorf("producer: Linger %v < 0", c.linger)
 	case c.maxBuffered < c.batchBytes:
@@ -166,6 +170,20 @@ func CompressionLevel(level int) Opt {
 // BatchMaxBytes bounds a record batch's uncompressed size (default 1 MiB).
 // A record larger than it is sent alone.
 func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }) }
+
+// MaxRequestBytes bounds the batches of one Produce request (default
+// DefaultMaxRequestBytes, 64 MiB): a request carries the ready batches of
+// every partition the broker leads, and a broker closes the connection on
+// a request larger than its socket.request.max.bytes (100 MiB by default),
+// so a producer with more buffered than that (MaxBufferedBytes) for one
+// broker would resend the same refused request until its delivery timeout.
+// A request takes one batch at least; further batches go while the request
+// stays within n, counting each as BatchMaxBytes (its most) until it is
+// picked; the rest go in the next request.
+func MaxRequestBytes(n int) Opt { return optFunc(func(c *cfg) { c.requestBytes = n }) }
+
+// DefaultMaxRequestBytes is the default MaxRequestBytes.
+const DefaultMaxRequestBytes = 64 << 20
 
 // Linger is how long a partition's batch that is not full waits for more
 // records before it is sent (default DefaultLinger, 5ms, the Java client's

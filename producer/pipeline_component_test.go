@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,4 +247,85 @@ func (o *callbackOrder) sendAsync(ctx context.Context, p *producer.Producer, rs 
 		}
 	}
 	return pr
+}
+
+// requestSizeHook records the largest Produce request written.
+type requestSizeHook struct {
+	mu  sync.Mutex
+	max int
+}
+
+func (h *requestSizeHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, n int, _, _ time.Duration, err error) {
+	if key != 0 || err != nil {
+		return
+	}
+	h.mu.Lock()
+	h.max = max(h.max, n)
+	h.mu.Unlock()
+}
+
+func (h *requestSizeHook) Max() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.max
+}
+
+// A Produce request stays within MaxRequestBytes however many partitions of
+// its broker have a batch ready (a broker closes the connection on one
+// above its socket.request.max.bytes, and the same request would be resent
+// until the delivery timeout); the batches left out go in the next
+// requests, and every record is written once, in order.
+func TestRequestBytesBounded(t *testing.T) {
+	const parts = 12
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const batch, limit = 4 << 10, 10 << 10
+	hook := &requestSizeHook{}
+	// One request in flight: while it is, every partition's batches wait,
+	// and the next request could take one of each (12 × 4 KiB).
+	p := newProducer(t, c, producer.BatchMaxBytes(batch), producer.MaxRequestBytes(limit), producer.MaxInFlight(1),
+		producer.TransportOpts(kgo.WithHooks(hook)))
+	ctx := testCtx(t, 20*time.Second)
+	var rs []*producer.Record
+	for n := range 400 {
+		for part := range int32(parts) {
+			rs = append(rs, &producer.Record{Topic: topic, Partition: part, ExplicitPartition: true, Value: fmt.Appendf(nil, "p%d-%04d-%s", part, n, make([]byte, 80))})
+		}
+	}
+	res, err := p.ProduceSync(ctx, rs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("%.8s: %v", r.Record.Value, r.Err)
+		}
+	}
+	// The request's own framing (header, topic, each partition's fields)
+	// comes on top of the batches.
+	if got := hook.Max(); got > limit+512 {
+		t.Errorf("largest Produce request %d bytes, MaxRequestBytes %d", got, limit)
+	}
+	for part := range int32(parts) {
+		log := partitionLog(t, c, part)
+		if len(log) != 400 {
+			t.Fatalf("partition %d: %d records, want 400", part, len(log))
+		}
+		for i, r := range log {
+			if want := fmt.Sprintf("p%d-%04d-", part, i); string(r.Value[:len(want)]) != want {
+				t.Fatalf("partition %d offset %d: %.10s, want %s", part, i, r.Value, want)
+			}
+		}
+	}
+}
+
+// MaxRequestBytes below BatchMaxBytes is refused.
+func TestMaxRequestBytesBelowBatch(t *testing.T) {
+	_, err := producer.New(producer.SeedBrokers("127.0.0.1:1"), producer.BatchMaxBytes(64<<10), producer.MaxRequestBytes(32<<10))
+	if err == nil || !strings.Contains(err.Error(), "MaxRequestBytes") {
+		t.Fatalf("New: %v, want MaxRequestBytes refused", err)
+	}
 }

@@ -261,6 +261,7 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 	}
 	var out []sent
 	var next time.Time
+	size := 0 // the uncompressed size of the batches in out
 	later := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
@@ -294,10 +295,17 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 				later(ps.quietAt.Add(quietPeriod))
 			}
 		}
+		if len(out) > 0 && size+p.cfg.batchBytes > p.cfg.requestBytes {
+			// Full (MaxRequestBytes): the next request takes it, which
+			// the sink builds as soon as this one is written, or, at
+			// MaxInFlight, when an answer comes.
+			continue
+		}
 		if x, ok := s.nextBatch(ps, now, later); ok {
 			x.b.epoch, x.b.topicID = ps.epoch, ps.topicID
 			x.topicID = ps.topicID
 			out = append(out, x)
+			size += x.b.size
 		}
 	}
 	return out, next
