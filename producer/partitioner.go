@@ -43,6 +43,9 @@ func (p *stickyKeyPartitioner) Partition(r *Record, n int32) int32 {
 }
 
 func (p *stickyKeyPartitioner) partitionAvailable(r *Record, n int32, available func(string, int32) bool) int32 {
+	if n <= 0 {
+		return -1 // no partition to choose (called directly: the producer never asks)
+	}
 	if r.Key != nil {
 		return KeyPartition(r.Key, n)
 	}
@@ -80,8 +83,11 @@ func (p *stickyKeyPartitioner) BatchClosed(topic string, partition int32) {
 }
 
 // KeyPartition is the Java client's partition for a key: the murmur2 hash
-// of the key, made positive, modulo n.
+// of the key, made positive, modulo n; -1 (no partition) when n ≤ 0.
 func KeyPartition(key []byte, n int32) int32 {
+	if n <= 0 {
+		return -1
+	}
 	return int32((murmur2(key) & 0x7fffffff) % uint32(n))
 }
 

@@ -557,3 +557,18 @@ func TestDeliveredRecordsAreReleased(t *testing.T) {
 		})
 	}
 }
+
+// The partitioners asked for a partition of a topic with none answer -1 (no
+// such partition) instead of panicking on a division by zero.
+func TestPartitionOfNoPartitions(t *testing.T) {
+	for _, n := range []int32{0, -1} {
+		if got := producer.KeyPartition([]byte("k"), n); got != -1 {
+			t.Errorf("KeyPartition(k, %d) = %d, want -1", n, got)
+		}
+		for _, key := range [][]byte{nil, []byte("k")} {
+			if got := producer.DefaultPartitioner().Partition(&producer.Record{Topic: "t", Key: key}, n); got != -1 {
+				t.Errorf("DefaultPartitioner().Partition(key %q, %d) = %d, want -1", key, n, got)
+			}
+		}
+	}
+}
