@@ -11,7 +11,7 @@ import (
 // A compressed batch keeps bytes of its compressed size until it is
 // acknowledged, not a buffer sized for the uncompressed worst case (which
 // held 1-2 MiB per batch of about 1 MiB of records that zstd wrote in a few
-// KiB); the sink's scratch buffer is reused for the next batch.
+// KiB); the scratch buffer goes back to the pool for the next batch.
 func TestCompressedBatchKeepsItsSize(t *testing.T) {
 	value := bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 40)
 	for _, codec := range []compress.Codec{compress.None, compress.Gzip, compress.Snappy, compress.LZ4, compress.Zstd} {

@@ -34,7 +34,6 @@ type sink struct {
 	wrote chan struct{} // closed when the request being issued is written
 
 	builder *recbatch.Builder // the sink's own: batches are encoded outside the producer's lock
-	scratch []byte            // the builder's output for compressed batches, copied out at their size
 
 	// busy: a request is on the wire (set by step before each build, read
 	// by Produce to skip waking the sink for records that must wait).
@@ -407,13 +406,13 @@ func (s *sink) encode(x *sent) error {
 	}
 	// b.size bounds the uncompressed batch (the header, and RecordSize per
 	// record): uncompressed records are written straight into the buffer.
-	// A compressed batch is written into the sink's scratch buffer (room
-	// for the worst case, which compression almost never needs) and copied
-	// into one of its own size: a batch keeps its bytes until it is
-	// acknowledged, and the worst case is about the uncompressed size.
+	// A compressed batch is written into a scratch buffer with room for
+	// the worst case (snappy's, n + n/6 + 32, is the largest of the
+	// codecs'), which compression almost never needs, and copied into one
+	// of its own size: a batch keeps its bytes until it is acknowledged.
 	compressed := spec.Codec != compress.None
 	if compressed {
-		s.builder.ResetInto(spec, s.scratch[:0])
+		s.builder.ResetInto(spec, getBuf(b.size+b.size/6+64))
 	} else {
 		s.builder.ResetInto(spec, getBuf(b.size))
 	}
@@ -435,8 +434,9 @@ func (s *sink) encode(x *sent) error {
 		return fail(err)
 	}
 	if compressed {
-		s.scratch = enc[:0]
+		scratch := enc
 		enc = append(getBuf(len(enc)), enc...)
+		putBuf(scratch)
 	}
 	b.encoded, b.stamped = enc, x.id
 	return nil
