@@ -14,12 +14,17 @@ package consumer
 //     it is paused, validating, or moved to another leader) is forgotten, or
 //     the broker would keep sending it data at a stale offset;
 //   - any session error, or a request that failed, starts over with a full
-//     request.
+//     request, which closes the session it replaces (KIP-227: a full
+//     request naming a session ID closes that session on the broker), or
+//     every restart would leave a session in the broker's cache, which all
+//     its clients share, until it aged out.
 type fetchSession struct {
 	enabled bool
-	id      int32
-	epoch   int32 // the epoch of the next request; 0 = full request, -1 = sessionless
-	sent    map[TopicPartition]fetchParams
+	// id is the broker's session: the one incremental requests name,
+	// and the one the next full request closes (0: none).
+	id    int32
+	epoch int32 // the epoch of the next request; 0 = full request, -1 = sessionless
+	sent  map[TopicPartition]fetchParams
 }
 
 // fetchParams are the per-partition fields the broker caches in a session.
@@ -37,15 +42,23 @@ func newFetchSession(enabled bool) *fetchSession {
 	return s
 }
 
-// reset drops the session: the next request is a full one that asks for a
-// new session (or a sessionless one when sessions are disabled).
+// reset drops the session: the next request is a full one that closes it
+// and asks for a new session (or a sessionless one when sessions are
+// disabled).
 func (s *fetchSession) reset() {
-	s.id = 0
 	s.epoch = 0
 	if !s.enabled {
-		s.epoch = -1
+		s.id, s.epoch = 0, -1
 	}
 	s.sent = map[TopicPartition]fetchParams{}
+}
+
+// lost drops a session the broker no longer has (FETCH_SESSION_ID_NOT_FOUND,
+// or it answered session ID 0): the next full request names no session to
+// close, since the broker may have given the ID to another client.
+func (s *fetchSession) lost() {
+	s.reset()
+	s.id = 0
 }
 
 // plan is one request's session fields.
@@ -64,7 +77,9 @@ type plan struct {
 // plan returns what the next request must carry to fetch exactly want.
 func (s *fetchSession) plan(want map[TopicPartition]fetchParams) plan {
 	p := plan{sessionID: s.id, sessionEpoch: s.epoch}
-	if s.id == 0 {
+	if s.epoch <= 0 {
+		// Full: with epoch 0 and the session's ID, the broker closes
+		// that session and opens a new one.
 		p.full = true
 		for tp := range want {
 			p.send = append(p.send, tp)
@@ -105,7 +120,7 @@ func (s *fetchSession) answered(p plan, want map[TopicPartition]fetchParams, ses
 	if sessionID == 0 {
 		// The broker keeps no session (too many sessions, or it closed
 		// ours): stay with full requests.
-		s.reset()
+		s.lost()
 		return
 	}
 	if p.full {

@@ -130,9 +130,11 @@ func TestFetchSessionErrorsReset(t *testing.T) {
 	s.plan(want) // sent, but failed: no answered
 	check(t, "retry after failure", s.plan(want), 9, 1, false, tps(0), nil)
 
-	s.reset() // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, network error
+	s.reset() // INVALID_FETCH_SESSION_EPOCH, a network error, a canceled request
 	pl = s.plan(want)
-	check(t, "after reset", pl, 0, 0, true, tps(0, 1), nil)
+	// Full, naming session 9: the broker closes it (it would otherwise
+	// stay in its session cache until it aged out).
+	check(t, "after reset", pl, 9, 0, true, tps(0, 1), nil)
 	if len(s.sent) != 0 {
 		t.Fatalf("reset kept %v", s.sent)
 	}
@@ -143,7 +145,12 @@ func TestFetchSessionErrorsReset(t *testing.T) {
 	// broker's view is unknown.
 	pl = s.plan(want)
 	s.answered(pl, want, 11)
-	check(t, "other session id", s.plan(want), 0, 0, true, tps(0, 1), nil)
+	check(t, "other session id", s.plan(want), 10, 0, true, tps(0, 1), nil)
+
+	// FETCH_SESSION_ID_NOT_FOUND: the broker has no session 10 (and may
+	// have given the ID to another client): a full request closing none.
+	s.lost()
+	check(t, "lost", s.plan(want), 0, 0, true, tps(0, 1), nil)
 }
 
 func TestFetchSessionIDZeroMeansNoSession(t *testing.T) {

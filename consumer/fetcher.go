@@ -425,7 +425,11 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil {
-		f.session.reset()
+		if err == kerr.FetchSessionIDNotFound {
+			f.session.lost()
+		} else {
+			f.session.reset() // the next request closes it
+		}
 		code := seek.CodeNetworkException
 		switch {
 		case canceled && c.ctx.Err() == nil,

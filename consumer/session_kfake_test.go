@@ -21,10 +21,11 @@ type sessionChecker struct {
 	sent map[int32]map[int32]kmsg.FetchRequestTopicPartition // node → partition → last named
 	full map[int32]int                                       // node → full requests
 	nmd  map[int32]int                                       // partition → times named
+	ids  map[int32]int32                                     // node → session its incremental requests named last
 }
 
 func newSessionChecker(t *testing.T) *sessionChecker {
-	return &sessionChecker{t: t, sent: map[int32]map[int32]kmsg.FetchRequestTopicPartition{}, full: map[int32]int{}, nmd: map[int32]int{}}
+	return &sessionChecker{t: t, sent: map[int32]map[int32]kmsg.FetchRequestTopicPartition{}, full: map[int32]int{}, nmd: map[int32]int{}, ids: map[int32]int32{}}
 }
 
 func same(a, b kmsg.FetchRequestTopicPartition) bool {
@@ -40,13 +41,18 @@ func (s *sessionChecker) check(reqs []fetchSeen) {
 			t.Fatalf("request %d to node %d is sessionless", i, r.node)
 		}
 		if r.sessionEpoch == 0 {
-			if r.sessionID != 0 {
-				t.Fatalf("request %d: full request with session id %d", i, r.sessionID)
+			// A full request closes the session it replaces, if
+			// any (the one the node's last incremental request
+			// named, or the one a failed full request closed).
+			if r.sessionID != 0 && r.sessionID != s.ids[r.node] {
+				t.Fatalf("request %d: full request with session id %d; node %d's session is %d", i, r.sessionID, r.node, s.ids[r.node])
 			}
 			s.full[r.node]++
 			s.sent[r.node] = map[int32]kmsg.FetchRequestTopicPartition{}
 		} else if r.sessionID == 0 {
 			t.Fatalf("request %d: session epoch %d without a session id", i, r.sessionEpoch)
+		} else {
+			s.ids[r.node] = r.sessionID
 		}
 		cur := s.sent[r.node]
 		if cur == nil {

@@ -1,0 +1,84 @@
+package consumer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/consumer"
+)
+
+// TestFetchSessionResetClosesTheOldOne: a fetch session the consumer starts
+// over (here: a seek cancels the fetch in flight, whose fate on the broker
+// is unknown) is closed by the full request that replaces it: KIP-227's
+// full request naming the old session ID, with epoch 0 (Java's
+// nextCloseExisting; kgo does the same). Started over with session ID 0,
+// every seek with a fetch in flight left a session behind in the broker's
+// session cache (max.incremental.fetch.session.cache.slots, shared by every
+// client of the broker) until it aged out: a consumer that seeks often
+// filled it, and the broker evicted other consumers' sessions, which then
+// failed with FETCH_SESSION_ID_NOT_FOUND and fell back to full requests.
+func TestFetchSessionResetClosesTheOldOne(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	type seen struct{ id, epoch int32 }
+	reqs := make(chan seen, 1000)
+	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.FetchRequest)
+		select {
+		case reqs <- seen{req.SessionID, req.SessionEpoch}:
+		default:
+		}
+		return nil, nil, false
+	})
+	// No data: every fetch is a long poll, in flight when the seek comes.
+	cons := newConsumer(t, c, consumer.FetchMaxWait(300*time.Millisecond))
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		session int32 // the session the consumer's incremental requests named last
+		fulls   int
+		leaked  []int32
+	)
+	drain := func() {
+		for {
+			select {
+			case r := <-reqs:
+				switch {
+				case r.epoch > 0:
+					session = r.id
+				case r.epoch == 0:
+					fulls++
+					// A full request after a session was opened
+					// closes it (the same ID again if the first
+					// attempt to close it failed).
+					if session != 0 && r.id != session {
+						leaked = append(leaked, session)
+					}
+				}
+			default:
+				return
+			}
+		}
+	}
+	for range 10 {
+		before := session
+		waitFor(t, 5*time.Second, "an incremental fetch in a new session", func() bool { drain(); return session != before })
+		time.Sleep(50 * time.Millisecond)
+		full := fulls
+		if err := cons.Seek(topic, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the full request after the seek", func() bool { drain(); return fulls > full })
+	}
+	if len(leaked) > 0 {
+		t.Fatalf("%d of %d seeks opened a new fetch session without closing the old one (sessions %v left on the broker)", len(leaked), 10, leaked)
+	}
+}
