@@ -497,31 +497,28 @@ func (c *Consumer) collectLocked(mk *toMake) Fetches {
 	f.Truncations, c.events = c.events, nil
 	f.Errors, c.errs = c.errs, nil
 	limit := c.cfg.maxPollRecords
-	var keep, take []*part
-	n := 0
-	for len(c.ready) > 0 {
-		p := c.ready[0]
-		c.ready = c.ready[1:]
-		if p.paused || limit > 0 && n >= limit {
+	// The limit counts the records delivered, not those buffered: an
+	// answer that delivers none (stale: the partition moved on, e.g. to
+	// validate its position with a new leader) must not leave the next
+	// partition's answer for a later Poll, which, this one having
+	// returned nothing, would wait for news from the partition that
+	// moved on.
+	var keep, back []*part
+	ready := c.ready
+	c.ready = nil
+	for _, p := range ready {
+		if p.paused || limit > 0 && mk.n >= limit {
 			keep = append(keep, p)
 			continue
 		}
-		take = append(take, p)
-		n += p.buf.left()
-	}
-	c.ready = append(keep, c.ready...)
-	// Answers left part delivered (at the limit) go back to the head of
-	// the queue, in order, for the next Poll to go on with.
-	var back []*part
-	for _, p := range take {
 		b := p.buf
-		if limit > 0 && mk.n >= limit || !c.deliverLocked(p, &f, mk, limit) {
-			if p.buf == b {
-				back = append(back, p)
-			}
+		if !c.deliverLocked(p, &f, mk, limit) && p.buf == b {
+			// Left part delivered (at the limit): first in line
+			// for the next Poll to go on with.
+			back = append(back, p)
 		}
 	}
-	c.ready = append(back, c.ready...)
+	c.ready = append(append(back, keep...), c.ready...)
 	// Reports raised while delivering (an epoch regression in a batch)
 	// belong to this Poll too.
 	f.Truncations = append(f.Truncations, c.events...)
@@ -567,14 +564,6 @@ func (c *Consumer) makeRecords(f *Fetches, mk *toMake) {
 		d.drop()
 	}
 	*mk = toMake{}
-}
-
-// left returns how many records of the answer Poll has yet to deliver.
-func (b *fetched) left() int {
-	if b.next >= len(b.d.spans) {
-		return 0
-	}
-	return len(b.d.refs) - b.d.spans[b.next].from
 }
 
 // deliverLocked steps the batches of p's buffered answer into the machine
