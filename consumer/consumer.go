@@ -128,7 +128,8 @@ func (c *Consumer) goFn(fn func()) {
 }
 
 // Close stops fetching, waits for every goroutine of the consumer to end
-// (or ctx to expire), and closes the transport and refresher it created.
+// (or ctx to expire), asks each broker to drop the consumer's fetch session
+// (a second at most), and closes the transport and refresher it created.
 // Records buffered and not yet polled are dropped, and from the moment
 // Close begins Poll returns errors.ErrClosed: a record returned during
 // Close would be committed by nobody. Close is idempotent.
@@ -180,6 +181,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	var err error
 	select {
 	case <-done:
+		c.closeSessions(ctx)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -69,6 +70,44 @@ func (c *Consumer) fetcherLocked(id int32) *fetcher {
 	}
 	return f
 }
+
+// closeSessions asks each broker a fetch loop had a session with to drop
+// it: a request with the session's ID and the final epoch (KIP-227), what
+// Java's and kgo's consumers send when they close. The broker's session
+// cache is shared by all its clients, and a session left there takes a
+// slot until it ages out, evicting other consumers' sessions when the
+// cache is full. Close calls it once the fetch loops have stopped (they
+// alone use their sessions); each request is bounded by ctx and by
+// sessionCloseTimeout, and its outcome is left alone (a session not closed
+// ages out).
+func (c *Consumer) closeSessions(ctx context.Context) {
+	c.mu.Lock()
+	var reqs []func()
+	for id, f := range c.fetchers {
+		if f.session.id == 0 {
+			continue
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.SessionID = f.session.id
+		req.SessionEpoch = -1
+		reqs = append(reqs, func() {
+			rctx, cancel := context.WithTimeout(ctx, sessionCloseTimeout)
+			defer cancel()
+			_, _ = c.cl.Broker(int(id)).Request(rctx, req)
+		})
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(r)
+	}
+	wg.Wait()
+}
+
+// sessionCloseTimeout bounds Close's wait for a broker to drop its fetch
+// session.
+const sessionCloseTimeout = time.Second
 
 func (f *fetcher) wakeUp() {
 	select {

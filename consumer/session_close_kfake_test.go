@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -80,5 +81,66 @@ func TestFetchSessionResetClosesTheOldOne(t *testing.T) {
 	}
 	if len(leaked) > 0 {
 		t.Fatalf("%d of %d seeks opened a new fetch session without closing the old one (sessions %v left on the broker)", len(leaked), 10, leaked)
+	}
+}
+
+// TestCloseClosesFetchSession: Close asks the broker to drop the consumer's
+// fetch session (its ID with the final epoch, as Java's and kgo's consumers
+// do), instead of leaving it in the broker's session cache, which all its
+// clients share, until it ages out.
+func TestCloseClosesFetchSession(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	type seen struct{ id, epoch int32 }
+	reqs := make(chan seen, 1000)
+	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.FetchRequest)
+		select {
+		case reqs <- seen{req.SessionID, req.SessionEpoch}:
+		default:
+		}
+		return nil, nil, false
+	})
+	cons, err := consumer.New(consumer.SeedBrokers(c.ListenAddrs()...), consumer.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var session int32
+	waitFor(t, 5*time.Second, "an incremental fetch in a session", func() bool {
+		for {
+			select {
+			case r := <-reqs:
+				if r.epoch > 0 {
+					session = r.id
+				}
+			default:
+				return session != 0
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cons.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case r := <-reqs:
+			if r.epoch == -1 {
+				if r.id != session {
+					t.Fatalf("Close sent the final epoch for session %d, the consumer's was %d", r.id, session)
+				}
+				return
+			}
+		default:
+			t.Fatalf("Close left fetch session %d on the broker (no request with the final epoch)", session)
+		}
 	}
 }
