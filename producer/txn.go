@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -237,6 +238,26 @@ func (p *Producer) txnLoop() {
 	}
 }
 
+// authRefusal returns the code of a request error that is an authorization
+// refusal: kgo returns the error of the FindCoordinator answer that located
+// the request's coordinator as the request's own (the transactional ID or
+// group not authorized). Nothing was sent, and the refusal is as final as
+// the coordinator's own answer would be: the request is judged as answered
+// with that code (TRANSACTIONAL_ID_AUTHORIZATION_FAILED is fatal, as Java's
+// FindCoordinator handler makes it), not as a lost answer, which was sent
+// again for ever (InitTransactions and CommitTransaction never returned).
+func authRefusal(err error) (int16, bool) {
+	ke, ok := errors.AsType[*kerr.Error](err)
+	if !ok {
+		return 0, false
+	}
+	switch ke.Code {
+	case kerr.TransactionalIDAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code, kerr.ClusterAuthorizationFailed.Code:
+		return ke.Code, true
+	}
+	return 0, false
+}
+
 func (p *Producer) delivery(err error) Delivery {
 	if errors.ProduceNotApplied(err) {
 		return NotSent
@@ -261,7 +282,9 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
 		resp, err := req.RequestWith(ctx, p.cl)
 		res := InitProducerIDResult{Producer: NoProducerID}
-		if err != nil {
+		if code, ok := authRefusal(err); ok {
+			res.Code = code
+		} else if err != nil {
 			res.Delivery = p.delivery(err)
 		} else {
 			res.Code, res.Producer = resp.ErrorCode, ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch}
@@ -289,7 +312,11 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		resp, err := req.RequestWith(ctx, p.cl)
 		var results []AddPartitionResult
 		d := Answered
-		if err != nil {
+		if code, ok := authRefusal(err); ok {
+			for _, tp := range r.Partitions {
+				results = append(results, AddPartitionResult{TP: tp, Code: code})
+			}
+		} else if err != nil {
 			d = p.delivery(err)
 		} else {
 			for _, t := range resp.Topics {
@@ -320,7 +347,9 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		lost := p.endTxnLost.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
 		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost}
-		if err != nil {
+		if code, ok := authRefusal(err); ok {
+			res.Code = code
+		} else if err != nil {
 			res.Delivery = p.delivery(err)
 		} else {
 			res.Code = resp.ErrorCode

@@ -126,6 +126,10 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 		lost := p.offsetsLost.Load()
 		codes, err := send(rctx)
 		cancel()
+		if code, ok := authRefusal(err); ok {
+			// The coordinator's lookup refused: as final as its answer.
+			codes, err = []int16{code}, nil
+		}
 		// The transport resends by itself a request whose connection was
 		// lost after the write: the write hook counts those.
 		res := OffsetsResult{Request: kind, Codes: codes, Err: err, Resent: p.offsetsLost.Load() != lost}
