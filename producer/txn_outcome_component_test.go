@@ -227,3 +227,37 @@ func TestTxnCommitOutcomeSurvivesRefusedAbort(t *testing.T) {
 		t.Fatalf("the transaction committed, but the retried CommitTransaction says: %v", err)
 	}
 }
+
+// A commit that must end with an epoch bump (here: a TxnOffsetCommit of
+// the transaction answered REQUEST_TIMED_OUT, so a copy may still arrive)
+// committed once EndTxn is answered NONE. The bump's refusal (a new
+// instance fenced this one meanwhile) does not undo it: CommitTransaction
+// says it committed, and the producer is fatal from then on. It returned
+// the refusal, so the application took a committed transaction for a
+// failed one.
+func TestTxnCommitStandsWhenItsBumpIsFenced(t *testing.T) {
+	c := newCluster(t, 2)
+	p, _ := newTxnProducer(t, c, "txn-bump-fenced", tv1())
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.RequestTimedOut})
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})); err != nil {
+		t.Fatal(err)
+	}
+	bump := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ProducerFenced})
+	err := p.CommitTransaction(ctx)
+	if bump.Hits() == 0 {
+		t.Fatal("no epoch bump after the commit")
+	}
+	if err != nil {
+		t.Fatalf("the transaction committed, but CommitTransaction says: %v", err)
+	}
+	wantCommitted(t, c, "a")
+	if err := p.BeginTransaction(); !errors.Is(err, producer.ErrProducerFatal) {
+		t.Fatalf("BeginTransaction after the fenced bump: %v; want ErrProducerFatal", err)
+	}
+}

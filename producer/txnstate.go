@@ -173,6 +173,10 @@ type TxnState struct {
 	// may still arrive: the transaction ends with a new epoch, whatever
 	// its outcome, so that the copy cannot join the next one.
 	offsetsUncertain bool
+	// committed: EndTxn(commit) was answered NONE and the epoch bump that
+	// follows it (BumpingEpoch) is under way: the transaction committed,
+	// whatever the bump's answer, and the commit reports so.
+	committed bool
 
 	// started: the coordinator knows the open transaction (an
 	// AddPartitionsToTxn succeeded). maybeStarted: an AddPartitionsToTxn
@@ -237,7 +241,7 @@ func (t *TxnState) Begin() error {
 	}
 	clear(t.added)
 	t.pendingAdd = t.pendingAdd[:0]
-	t.started, t.maybeStarted = false, false
+	t.started, t.maybeStarted, t.committed = false, false, false
 	t.assignedAtBegin = t.seq.assigned
 	return nil
 }
@@ -631,6 +635,7 @@ func (t *TxnState) endedLocally(commit bool) TxnStep {
 // identity was adopted.
 func (t *TxnState) clearRecovery() {
 	t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain, t.offsetsUncertain = nil, false, false, false, false
+	t.committed = false
 }
 
 // startBump moves to TxnBumpingEpoch with its InitProducerId queued.
@@ -682,6 +687,13 @@ type InitProducerIDResult struct {
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal (fenced; < v4 coordinators say 47 for fenced)
 //	  EPOCH
 //	anything else (authorization, …)        fatal
+//
+// The bump that follows a committed EndTxn (BumpingEpoch after EndTxn(commit)
+// answered NONE) completes a commit that happened: whatever its answer, the
+// commit's Done step reports success. Refused as fatal, the producer is
+// fatal for what follows; answered TRANSACTION_ABORTABLE, the abort that
+// must follow is the bump alone (EndTxn(abort) of the committed transaction
+// would be refused).
 func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error) {
 	if _, ok := t.outstanding.(*InitProducerIDRequest); !ok || (t.state != TxnInitializing && t.state != TxnBumpingEpoch) {
 		return TxnStep{}, fmt.Errorf("%w: no InitProducerId outstanding", ErrTxnState)
@@ -693,16 +705,27 @@ func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error)
 		return t.retryOutstanding(find), nil
 	}
 	t.outstanding = nil
+	committed := t.committed && t.state == TxnBumpingEpoch
 	switch r.Code {
 	case 0:
 		d, err := t.seq.SetProducer(r.Producer)
 		if err != nil {
-			return t.fatal(err), nil
+			return t.fatalAfterCommit(err, committed), nil
 		}
 		_ = t.transition(TxnReady)
 		t.clearRecovery()
 		return TxnStep{Decision: d, Done: true}, nil
 	case kerr.TransactionAbortable.Code:
+		if committed {
+			// The transaction committed; only its bump failed. The
+			// commit reports so, and the abort that must follow is the
+			// bump alone: EndTxn(abort) would be refused (the
+			// coordinator completed the commit) and made it fatal.
+			_ = t.transition(TxnAbortableError)
+			t.err, t.bumpRequired, t.committed = kerr.TransactionAbortable, true, false
+			t.started, t.maybeStarted, t.assignedAtBegin = false, false, t.seq.assigned
+			return TxnStep{Done: true}, nil
+		}
 		if t.state == TxnBumpingEpoch {
 			// The abort's bump failed: the abort must be run again
 			// (abortable() leaves BumpingEpoch alone).
@@ -714,8 +737,19 @@ func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error)
 		step.Done, step.Err = true, fmt.Errorf("%w: %w", ErrAbortRequired, kerr.TransactionAbortable)
 		return step, nil
 	default:
-		return t.fatal(codeError(r.Code)), nil
+		return t.fatalAfterCommit(codeError(r.Code), committed), nil
 	}
+}
+
+// fatalAfterCommit is fatal(err) for the end of an InitProducerId; when it
+// bumped after a committed EndTxn, the commit it completes succeeded (the
+// producer is fatal from now on: later calls say so).
+func (t *TxnState) fatalAfterCommit(err error, committed bool) TxnStep {
+	step := t.fatal(err)
+	if committed {
+		step.Err = nil
+	}
+	return step
 }
 
 // AddPartitionResult is one partition's AddPartitionsToTxn answer.
@@ -888,6 +922,7 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 			t.clearRecovery()
 			return TxnStep{Decision: d, Done: true}
 		}
+		t.committed = req.Commit
 		if t.endTxnUncertain || t.offsetsUncertain || (!req.Commit && (t.bumpRequired || t.seq.NeedsBump())) {
 			t.startBump()
 			return t.Poll()
@@ -896,6 +931,7 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 			t.startBump()
 			return t.Poll()
 		}
+		t.committed = false
 		_ = t.transition(TxnReady)
 		t.err = nil
 		return TxnStep{Done: true}

@@ -1003,3 +1003,57 @@ func TestTxnOffsetsMaybeAppliedBump(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnCommitStandsWhenItsBumpFails: EndTxn(commit) answered NONE after
+// an attempt without an answer commits the transaction; the epoch bump
+// that follows (KAFKA-17754) is not part of it. When the bump is refused
+// (fenced by a new instance, or TRANSACTION_ABORTABLE), the commit still
+// reports success: it reported the refusal, so the application believed
+// a committed transaction failed (and, told ErrAbortRequired, aborted it:
+// EndTxn(abort) of a committed transaction, refused, made it fatal).
+func TestTxnCommitStandsWhenItsBumpFails(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		code  *kerr.Error
+		state TxnStateKind
+	}{
+		{"fenced", kerr.ProducerFenced, TxnFatalError},
+		{"abortable", kerr.TransactionAbortable, TxnAbortableError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Commit()
+			want := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
+			h.wantSend(step, want)
+			step = h.endTxn(EndTxnResult{Delivery: NoResponse})
+			h.wantSend(step, want)
+			step = h.endTxn(EndTxnResult{Producer: NoProducerID}) // committed
+			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			step = h.init(InitProducerIDResult{Code: tc.code.Code, Producer: NoProducerID})
+			if !step.Done || step.Err != nil {
+				t.Fatalf("bump answered %v after the commit: the commit reports %+v; want success (it committed)", tc.code, step)
+			}
+			if h.tx.State() != tc.state {
+				t.Fatalf("state %v, want %v", h.tx.State(), tc.state)
+			}
+			if tc.state != TxnAbortableError {
+				if err := h.tx.Begin(); !errors.Is(err, ErrProducerFatal) {
+					t.Fatalf("Begin after the fenced bump: %v; want ErrProducerFatal", err)
+				}
+				return
+			}
+			// The abort is the bump alone: the transaction is over.
+			step, err := h.tx.Abort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			bumped := ProducerID{pid.ID, pid.Epoch + 1}
+			step = h.init(InitProducerIDResult{Producer: bumped})
+			if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
+				t.Fatalf("abort after the failed bump: step %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
+			}
+		})
+	}
+}
