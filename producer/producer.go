@@ -470,10 +470,14 @@ func (p *Producer) Close(ctx context.Context) error {
 	if p.txnDone != nil {
 		// The txn loop stopped: the waiting InitTransactions, Commit or
 		// Abort gets no other answer. A commit's EndTxn may have been
-		// applied: its outcome is unknown.
+		// applied: its outcome is unknown, unless it was answered NONE
+		// and only the epoch bump after it was left (it committed).
 		err := errors.ErrClosed
 		if p.txnKind == "commit" {
 			err = errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)
+			if p.txn.Committed() {
+				err = nil
+			}
 		}
 		p.txnDone <- err
 		p.txnDone = nil

@@ -261,3 +261,52 @@ func TestTxnCommitStandsWhenItsBumpIsFenced(t *testing.T) {
 		t.Fatalf("BeginTransaction after the fenced bump: %v; want ErrProducerFatal", err)
 	}
 }
+
+// Close while the epoch bump after a committed EndTxn is unanswered: the
+// transaction committed, and CommitTransaction says so (it said the
+// outcome was unknown, as for an EndTxn still unanswered).
+func TestTxnCloseDuringBumpAfterCommitSaysCommitted(t *testing.T) {
+	c := newCluster(t, 2)
+	p, _ := newTxnProducer(t, c, "txn-close-bump", tv1())
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.RequestTimedOut})
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	defer close(hold)
+	seen := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-hold })
+		return nil, nil, false
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.CommitTransaction(context.Background()) }()
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no epoch bump after the commit")
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p.Close(cctx)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the transaction committed, but CommitTransaction ended by Close says: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("CommitTransaction still blocked 3s after Close returned")
+	}
+	wantCommitted(t, c, "a")
+}

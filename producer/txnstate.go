@@ -213,6 +213,10 @@ func (t *TxnState) State() TxnStateKind { return t.state }
 // current error state (nil otherwise).
 func (t *TxnState) Err() error { return t.err }
 
+// Committed reports whether the epoch bump under way follows an EndTxn(commit)
+// answered NONE: the transaction committed, only the bump is left.
+func (t *TxnState) Committed() bool { return t.committed && t.state == TxnBumpingEpoch }
+
 // BumpRequired reports whether the next abort will end with an epoch bump.
 func (t *TxnState) BumpRequired() bool { return t.bumpRequired }
 
