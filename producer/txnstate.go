@@ -232,6 +232,9 @@ func (t *TxnState) transition(to TxnStateKind) error {
 // -1, -1).
 func (t *TxnState) InitTransactions() (TxnStep, error) {
 	if err := t.transition(TxnInitializing); err != nil {
+		if t.state == TxnFatalError || t.state == TxnAbortableError {
+			return TxnStep{}, t.stateErr() // the error that stopped it, as every other call
+		}
 		return TxnStep{}, err
 	}
 	t.resend = &InitProducerIDRequest{TransactionalID: t.cfg.TransactionalID, Producer: NoProducerID}

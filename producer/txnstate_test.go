@@ -1057,3 +1057,30 @@ func TestTxnCommitStandsWhenItsBumpFails(t *testing.T) {
 		})
 	}
 }
+
+// TestTxnCallsAfterFatalSayFatal: once the producer is fatal, every
+// operation refuses with ErrProducerFatal wrapping the cause (as Java's
+// maybeFailWithError). InitTransactions said only "not allowed in state
+// FatalError" (ErrTxnState), so an application that recreates its
+// producer on ErrProducerFatal kept a fenced one.
+func TestTxnCallsAfterFatalSayFatal(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	h.begin(tp0)
+	r := h.assign(tp0, 1)
+	h.produce(r, answered(kerr.ProducerFenced.Code))
+	if h.tx.State() != TxnFatalError {
+		t.Fatalf("state %v", h.tx.State())
+	}
+	calls := map[string]func() error{
+		"InitTransactions": func() error { _, err := h.tx.InitTransactions(); return err },
+		"Begin":            h.tx.Begin,
+		"Commit":           func() error { _, err := h.tx.Commit(); return err },
+		"Abort":            func() error { _, err := h.tx.Abort(); return err },
+		"AddPartition":     func() error { _, err := h.tx.AddPartition(tp0); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, ErrProducerFatal) || !errors.Is(err, kerr.ProducerFenced) {
+			t.Errorf("%s after PRODUCER_FENCED: %v; want ErrProducerFatal wrapping it", name, err)
+		}
+	}
+}
