@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
 )
 
 // GroupMetadata identifies the consumer group member whose consumed
@@ -42,6 +44,12 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		return fmt.Errorf("producer: SendOffsetsToTransaction needs a group ID")
 	}
 	p.mu.Lock()
+	if p.closed {
+		// Its requests would fail on the closed transport, and the
+		// failure would be reported as the transaction's (abortable).
+		p.mu.Unlock()
+		return fmt.Errorf("producer: committing offsets: %w", errors.ErrClosed)
+	}
 	if st := p.txn.State(); st != TxnInTransaction {
 		err := p.txn.stateErr() // ErrAbortRequired, ErrProducerFatal or ErrTxnState
 		p.mu.Unlock()

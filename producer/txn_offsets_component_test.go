@@ -184,3 +184,23 @@ func TestTxnCommitWaitsForTxnOffsetCommit(t *testing.T) {
 		t.Fatalf("EndTxn sent while TxnOffsetCommit unanswered (%d); commit %v with offset %d (SendOffsets %v)", sentEarly, ce, o, oe)
 	}
 }
+
+// SendOffsetsToTransaction after Close says the producer is closed, as
+// every other call does. It sent its requests on the closed transport and
+// reported their failure as the transaction's: ErrAbortRequired ("client
+// closed"), which tells the application to abort and go on.
+func TestTxnSendOffsetsAfterClose(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "offsets-after-close")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1}, txnOffsets(map[int32]int64{0: 1}))
+	if !errors.Is(err, errors.ErrClosed) || errors.Is(err, producer.ErrAbortRequired) {
+		t.Fatalf("SendOffsetsToTransaction after Close: %v; want ErrClosed", err)
+	}
+}
