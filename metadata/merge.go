@@ -54,7 +54,11 @@ import (
 //     REPLICA_NOT_AVAILABLE has no usable leader: its leader is taken as -1
 //     (the epoch rules above still decide whether it is adopted).
 //  7. Partitions missing from an answer keep their cached state (a broker
-//     that does not know about added partitions yet).
+//     that does not know about added partitions yet). Kafka numbers a
+//     topic's partitions from 0 and lists all it knows, so a partition
+//     numbered at or above both the count the answer lists and the count
+//     cached is no partition: it is ignored (as are negative numbers and
+//     repeats), never grown to.
 //  8. A topic-level error keeps the cached partitions and records the
 //     error on the topic. UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (or
 //     absence from an all-topics answer) n consecutive times removes the
@@ -275,10 +279,11 @@ func mergeTopic(old *topicState, rt respTopic, n int, broker int32) (*topicState
 		}
 	}
 	oldLen := len(nt.Partitions)
-	nt.grow(rt)
+	parts := sortedPartitions(rt.partitions, oldLen)
+	nt.grow(parts)
 
 	var events []Event
-	for _, rp := range sortedPartitions(rt.partitions) {
+	for _, rp := range parts {
 		i := int(rp.partition)
 		if i >= oldLen {
 			nt.Partitions[i] = partitionFrom(nt.Name, nt.ID, rp)
@@ -358,7 +363,8 @@ func freshTopic(old *topicState, rt respTopic, recreated bool) (*topicState, []E
 		}
 		nt.reported, nt.moves = old.reported, old.moves
 	}
-	nt.grow(rt)
+	parts := sortedPartitions(rt.partitions, 0)
+	nt.grow(parts)
 	for i := range nt.Partitions {
 		nt.Partitions[i] = placeholder(nt.Name, nt.ID, int32(i))
 	}
@@ -367,7 +373,7 @@ func freshTopic(old *topicState, rt respTopic, recreated bool) (*topicState, []E
 		kind = TopicRecreated
 	}
 	answered := make([]bool, len(nt.Partitions))
-	for _, rp := range sortedPartitions(rt.partitions) {
+	for _, rp := range parts {
 		nt.Partitions[rp.partition] = partitionFrom(nt.Name, nt.ID, rp)
 		answered[rp.partition] = true
 	}
@@ -510,10 +516,10 @@ func (t *topicState) clone() *topicState {
 	return &c
 }
 
-// grow extends the partition slices to cover every partition in rt.
-func (t *topicState) grow(rt respTopic) {
+// grow extends the partition slices to cover every partition in parts.
+func (t *topicState) grow(parts []respPartition) {
 	size := len(t.Partitions)
-	for _, rp := range rt.partitions {
+	for _, rp := range parts {
 		if int(rp.partition)+1 > size {
 			size = int(rp.partition) + 1
 		}
@@ -526,7 +532,16 @@ func (t *topicState) grow(rt respTopic) {
 	}
 }
 
-func sortedPartitions(ps []respPartition) []respPartition {
+// sortedPartitions returns the usable partitions of an answer, sorted by
+// number: negative numbers and repeats (the first is kept) are dropped, and
+// so is any number at or above both the count of distinct partitions listed
+// and known, the count the cache already holds. Kafka numbers a topic's
+// partitions from 0 and lists every one it knows, so such a number is no
+// partition; grown to, it would give the topic a partition count it does
+// not have (partition 2147483647: two billion placeholders, the process's
+// memory). A broker that lists fewer partitions than are cached (behind an
+// addition, rule 7) still has every one it lists applied.
+func sortedPartitions(ps []respPartition, known int) []respPartition {
 	out := make([]respPartition, 0, len(ps))
 	seen := make(map[int32]bool, len(ps))
 	for _, p := range ps {
@@ -537,6 +552,10 @@ func sortedPartitions(ps []respPartition) []respPartition {
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].partition < out[j].partition })
+	limit := max(known, len(out))
+	for len(out) > 0 && int(out[len(out)-1].partition) >= limit {
+		out = out[:len(out)-1]
+	}
 	return out
 }
 

@@ -673,3 +673,54 @@ func TestMergeStaleIncarnationNotReadopted(t *testing.T) {
 		t.Fatalf("the new incarnation moving on: events %v, want %v", short(evs), want)
 	}
 }
+
+// A partition number no Kafka answer can carry (Kafka numbers a topic's
+// partitions from 0 and lists every one) must not size the topic: the cache
+// grew to cover it with placeholders, one Partition per number, so a single
+// answer naming partition 2147483647 exhausted the process's memory, and a
+// smaller bogus number gave the topic a partition count (what producers
+// partition over and group leaders assign) it does not have.
+func TestMergeBogusPartitionNumber(t *testing.T) {
+	const bogus = 100_000
+	A := id(0xA)
+	check := func(st *state, want int) {
+		t.Helper()
+		top, err := st.topic("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(top.Partitions) != want {
+			t.Fatalf("partition count = %d, want %d", len(top.Partitions), want)
+		}
+	}
+
+	// A first sighting.
+	st, evs := merge(emptyState(), answer(tp("t", A, p(0, 1, 1), p(bogus, 1, 1))), 3)
+	check(st, 1)
+	if len(evs) != 1 || evs[0].Partition != 0 {
+		t.Fatalf("events %v, want one PartitionAdded for partition 0", evs)
+	}
+
+	// A cached topic.
+	st, _ = merge(st, answer(tp("t", A, p(0, 1, 1), p(1, 2, 1))), 3)
+	check(st, 2)
+	st, evs = merge(st, answer(tp("t", A, p(1, 2, 1), p(bogus, 1, 1))), 3)
+	check(st, 2)
+	if len(evs) != 0 {
+		t.Fatalf("events %v, want none", evs)
+	}
+	// Fewer partitions listed than cached (a broker behind an addition)
+	// still updates the ones it lists, and a real addition still grows.
+	st, evs = merge(st, answer(tp("t", A, p(1, 3, 2))), 3)
+	check(st, 2)
+	if len(evs) != 1 || evs[0].Kind != LeaderChanged || evs[0].Partition != 1 {
+		t.Fatalf("events %v, want partition 1's leader change", evs)
+	}
+	st, _ = merge(st, answer(tp("t", A, p(0, 1, 1), p(1, 3, 2), p(2, 1, 0))), 3)
+	check(st, 3)
+
+	// A new incarnation.
+	st, _ = merge(st, from(2, answer(tp("t", A, p(0, 1, 1), p(1, 3, 2), p(2, 1, 0)))), 3)
+	st, _ = merge(st, from(2, answer(tp("t", id(0xB), p(0, 1, 0), p(bogus, 2, 0)))), 3)
+	check(st, 1)
+}
