@@ -69,7 +69,9 @@ func Backoff(lo, hi time.Duration) Opt {
 	return opt(func(c *cfg) { c.minBackoff, c.maxBackoff = lo, hi })
 }
 
-// RequestTimeout bounds one Metadata round trip (default 10 s).
+// RequestTimeout bounds one Metadata round trip (default 10 s). Zero or
+// less sets no bound of the refresher's own: a round trip then ends with
+// its answer, the transport's own timeouts, or Close.
 func RequestTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.requestTimeout = d }) }
 
 // Confirmations sets how many consecutive Metadata answers must report a

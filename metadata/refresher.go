@@ -503,7 +503,12 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	trip := r.stats.RoundTrips
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
+	ctx, cancel := r.ctx, context.CancelFunc(func() {})
+	if r.cfg.requestTimeout > 0 {
+		// (A bound of zero or less is none: as a deadline, it failed
+		// every round trip before it was sent, for good.)
+		ctx, cancel = context.WithTimeout(r.ctx, r.cfg.requestTimeout)
+	}
 	kresp, broker, err := r.request(ctx, req)
 	cancel()
 	end = r.cfg.clock.Now()

@@ -609,6 +609,25 @@ func TestRefresherRequestTimeout(t *testing.T) {
 	}
 }
 
+// RequestTimeout(0) is no bound, as MaxAge(0) is no periodic refresh and
+// Backoff(0, 0) no spacing: taken as a deadline, every round trip failed
+// before it was sent (context deadline exceeded), so the refresher never
+// refreshed again and every WaitFor waited for its ctx.
+func TestRefresherRequestTimeoutZero(t *testing.T) {
+	r, fc, _ := newTestRefresher(t, RequestTimeout(0), Backoff(0, 0))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0})
+	gate := make(chan struct{})
+	fc.setGate(gate) // answers come a little later, as a broker's do
+	time.AfterFunc(20*time.Millisecond, func() { close(gate) })
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatalf("Refresh with RequestTimeout(0) = %v", err)
+	}
+	if p, err := r.Lookup("t", 0); err != nil || p.Leader != 1 {
+		t.Fatalf("Lookup after the refresh = %+v, %v", p, err)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
