@@ -654,12 +654,28 @@ func (c *Consumer) metadataLoop() {
 		}
 		c.mu.Lock()
 		for _, ev := range evs {
-			p := c.parts[TopicPartition{ev.Topic, ev.Partition}]
-			if p == nil {
-				continue
-			}
-			c.stepLocked(p, c.leaderChangedLocked(ev.Leader, ev.LeaderEpoch, ev.TopicID))
+			c.metadataEventLocked(ev)
 		}
 		c.mu.Unlock()
 	}
+}
+
+// metadataEventLocked steps a metadata event into its partition's machine.
+// Events wait in a queue, while the tick loop and seeks read metadata as it
+// is now: an event from a round trip before the topic was recreated can
+// come after the partition stepped the new incarnation, and stepped as it
+// is, its old topic ID would be a false recreation (and the next event's,
+// another). Metadata adopts topic IDs only forward, so an event that names
+// another ID than metadata holds now is stepped as metadata has the
+// partition now.
+func (c *Consumer) metadataEventLocked(ev metadata.Event) {
+	p := c.parts[TopicPartition{ev.Topic, ev.Partition}]
+	if p == nil {
+		return
+	}
+	if mp, err := c.meta.Lookup(ev.Topic, ev.Partition); err == nil && mp.TopicID != ev.TopicID && ev.TopicID != (metadata.TopicID{}) {
+		c.stepLocked(p, c.leaderChangedLocked(mp.Leader, mp.LeaderEpoch, mp.TopicID))
+		return
+	}
+	c.stepLocked(p, c.leaderChangedLocked(ev.Leader, ev.LeaderEpoch, ev.TopicID))
 }

@@ -3,6 +3,8 @@ package consumer
 import (
 	"fmt"
 	"time"
+
+	"github.com/kepoch/kepoch/metadata"
 )
 
 // DebugPartition describes a partition's machine and fetch state (tests).
@@ -92,4 +94,11 @@ func Committable(c *Consumer, tp TopicPartition) (Position, bool) {
 	defer c.mu.Unlock()
 	pos, ok := c.grp.committable[tp]
 	return pos, ok
+}
+
+// StepMetadataEvent steps ev into c as its metadata loop does.
+func StepMetadataEvent(c *Consumer, ev metadata.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.metadataEventLocked(ev)
 }
