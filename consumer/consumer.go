@@ -64,6 +64,9 @@ type Consumer struct {
 	bufferFull bool
 	// peakBuffered is the most buffered ever was (for tests).
 	peakBuffered int
+	// metaErr: the refresher shared with WithMetadata was closed while the
+	// consumer runs; Poll returns it.
+	metaErr error
 	// brokers are the brokers metadata named at brokersAt (replicaUsableLocked).
 	brokers   map[int32]bool
 	brokersAt metadata.Version
@@ -542,7 +545,9 @@ func (c *Consumer) signalLocked() {
 // Poll returns what the consumer has for the application: records, the
 // breaks detected since the last Poll, and partition errors. It blocks
 // until there is something or ctx ends (then it returns empty Fetches and
-// ctx's error). Once Close has begun it returns errors.ErrClosed.
+// ctx's error). Once Close has begun it returns errors.ErrClosed, and
+// once a refresher shared with WithMetadata is closed under the consumer,
+// an error that matches errors.ErrClosed and says so.
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 	var mk toMake
 	for {
@@ -560,6 +565,11 @@ func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
 			c.mu.Unlock()
 			leave()
 			return Fetches{}, errors.ErrClosed
+		}
+		if err := c.metaErr; err != nil {
+			c.mu.Unlock()
+			leave()
+			return Fetches{}, err
 		}
 		f := c.collectLocked(&mk)
 		wake := c.wake
@@ -650,6 +660,16 @@ func (c *Consumer) metadataLoop() {
 	for {
 		evs, err := c.sub.Next(c.ctx)
 		if err != nil {
+			if c.ctx.Err() == nil {
+				// The refresher ended under the consumer: a refresher
+				// shared with WithMetadata, closed first. Without it a
+				// partition whose leader moves would wait for ever,
+				// unreported.
+				c.mu.Lock()
+				c.metaErr = fmt.Errorf("consumer: its metadata refresher was closed while the consumer runs (close a shared refresher after its consumers): %w", err)
+				c.signalLocked()
+				c.mu.Unlock()
+			}
 			return
 		}
 		c.mu.Lock()

@@ -133,7 +133,9 @@ func TransportOpts(opts ...kgo.Opt) Opt {
 func WithClient(cl *kgo.Client) Opt { return optFunc(func(c *cfg) { c.client = cl }) }
 
 // WithMetadata shares a metadata refresher (built on the same client) with
-// other consumers and producers. It is not closed by Close.
+// other consumers and producers. It is not closed by Close; close it after
+// its consumers (closed first, Poll returns an error matching
+// errors.ErrClosed).
 func WithMetadata(r *metadata.Refresher) Opt { return optFunc(func(c *cfg) { c.meta = r }) }
 
 // TruncationPolicy sets what happens when a partition's consumed lineage

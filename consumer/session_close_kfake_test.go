@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/metadata"
 )
 
 // TestFetchSessionResetClosesTheOldOne: a fetch session the consumer starts
@@ -142,5 +145,44 @@ func TestCloseClosesFetchSession(t *testing.T) {
 		default:
 			t.Fatalf("Close left fetch session %d on the broker (no request with the final epoch)", session)
 		}
+	}
+}
+
+// A refresher shared with WithMetadata and closed while the consumer runs
+// makes Poll say so (an error matching errors.ErrClosed), instead of the
+// consumer going on without metadata, where a partition whose leader moves
+// waits for ever with nothing reported.
+func TestSharedRefresherClosedFirst(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r := metadata.NewRefresher(cl)
+	cons, err := consumer.New(consumer.WithClient(cl), consumer.WithMetadata(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cons.Close(context.Background()) })
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		_, err := cons.Poll(ctx)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, errors.ErrClosed) || ctx.Err() != nil {
+			t.Fatalf("Poll after the shared refresher closed: %v, want an error matching ErrClosed", err)
+		}
+		return
 	}
 }
