@@ -115,6 +115,7 @@ type Producer struct {
 	batchNo      uint64                     // batches created so far (numbers them)
 	undelivered  int                        // batches whose callbacks have not all run
 	flushing     int                        // Flush calls waiting (linger is ignored meanwhile)
+	committing   int                        // CommitTransaction calls under way: Produce refuses
 	flushers     []*flushWaiter
 	needPID      bool
 	pidWake      chan struct{}
@@ -344,6 +345,10 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	tp := TopicPartition{r.Topic, partition}
 	if p.txn != nil {
+		if p.committing > 0 {
+			p.mu.Unlock()
+			return fmt.Errorf("producer: %w: CommitTransaction is under way", ErrTxnState)
+		}
 		step, err := p.txn.AddPartition(tp)
 		if err != nil {
 			p.mu.Unlock()

@@ -43,11 +43,26 @@ func (p *Producer) BeginTransaction() error {
 // AbortTransaction. If ctx ends first, the commit goes on: calling
 // CommitTransaction again waits for that same commit's outcome (and so do
 // InitTransactions and AbortTransaction for theirs). A Close while it
-// waits ends it with ErrClosed and ErrUnknownOutcome.
+// waits ends it with ErrClosed and ErrUnknownOutcome. While it runs,
+// Produce refuses records with an error matching ErrTxnState (delivery
+// callbacks included), as Java's producer refuses sends once a commit
+// began: produce a transaction's records before committing it.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
+	// Produce refuses records until the call returns (as Java's producer
+	// refuses sends once a commit began): records still coming would keep
+	// the flush below from ever ending, and whether they were in the
+	// transaction would depend on timing.
+	p.mu.Lock()
+	p.committing++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.committing--
+		p.mu.Unlock()
+	}()
 	for {
 		p.mu.Lock()
 		st := p.txn.State()

@@ -6,7 +6,10 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,5 +328,73 @@ func TestTxnSendOffsetsErrors(t *testing.T) {
 	}
 	if err := p.Produce(ctx, prec(0, "d"), nil); !errors.Is(err, producer.ErrProducerFatal) {
 		t.Fatalf("Produce after fencing: %v", err)
+	}
+}
+
+// Records produced on and on while CommitTransaction runs do not join the
+// transaction by timing: Produce refuses them while it runs (ErrTxnState,
+// as Java refuses sends once a commit began), and every record Produce
+// accepted is in the committed transaction. Before, the commit accepted
+// them and flushed again for each, for as long as they came (it ended
+// only when the records happened to be all acknowledged at one moment).
+func TestTxnCommitWhileProducing(t *testing.T) {
+	c := newCluster(t, 2)
+	p, _ := newTxnProducer(t, c, "txn-busy")
+	ctx := testCtx(t, 15*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu              sync.Mutex
+		accepted, acked int
+		refused         error // while CommitTransaction ran
+		inCommit        atomic.Bool
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			during := inCommit.Load()
+			err := p.Produce(ctx, prec(int32(i%2), fmt.Sprintf("r%d", i)), func(res producer.Result) {
+				mu.Lock()
+				if res.Err == nil {
+					acked++
+				}
+				mu.Unlock()
+			})
+			mu.Lock()
+			if err == nil {
+				accepted++
+			} else if during && inCommit.Load() && refused == nil {
+				refused = err
+			}
+			mu.Unlock()
+			runtime.Gosched()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	inCommit.Store(true)
+	err := p.CommitTransaction(ctx)
+	inCommit.Store(false)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatalf("CommitTransaction while records kept coming: %v", err)
+	}
+	eventually(t, 5*time.Second, "every accepted record's report", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return acked == accepted
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(refused, producer.ErrTxnState) {
+		t.Fatalf("Produce while CommitTransaction ran: %v, want ErrTxnState (%d records accepted)", refused, accepted)
 	}
 }
