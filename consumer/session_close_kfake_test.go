@@ -14,6 +14,32 @@ import (
 	"github.com/kepoch/kepoch/metadata"
 )
 
+// seenFetch is the session fields of a Fetch request a broker got.
+type seenFetch struct{ id, epoch int32 }
+
+// sessionWatchedCluster is a one-broker kfake cluster with one partition
+// of topic that reports the session fields of every Fetch it gets (the
+// first thousand).
+func sessionWatchedCluster(t *testing.T) (*kfake.Cluster, chan seenFetch) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	reqs := make(chan seenFetch, 1000)
+	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.FetchRequest)
+		select {
+		case reqs <- seenFetch{req.SessionID, req.SessionEpoch}:
+		default:
+		}
+		return nil, nil, false
+	})
+	return c, reqs
+}
+
 // TestFetchSessionResetClosesTheOldOne: a fetch session the consumer starts
 // over (here: a seek cancels the fetch in flight, whose fate on the broker
 // is unknown) is closed by the full request that replaces it: KIP-227's
@@ -25,22 +51,7 @@ import (
 // filled it, and the broker evicted other consumers' sessions, which then
 // failed with FETCH_SESSION_ID_NOT_FOUND and fell back to full requests.
 func TestFetchSessionResetClosesTheOldOne(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	type seen struct{ id, epoch int32 }
-	reqs := make(chan seen, 1000)
-	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kr.(*kmsg.FetchRequest)
-		select {
-		case reqs <- seen{req.SessionID, req.SessionEpoch}:
-		default:
-		}
-		return nil, nil, false
-	})
+	c, reqs := sessionWatchedCluster(t)
 	// No data: every fetch is a long poll, in flight when the seek comes.
 	cons := newConsumer(t, c, consumer.FetchMaxWait(300*time.Millisecond))
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
@@ -92,22 +103,7 @@ func TestFetchSessionResetClosesTheOldOne(t *testing.T) {
 // do), instead of leaving it in the broker's session cache, which all its
 // clients share, until it ages out.
 func TestCloseClosesFetchSession(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	type seen struct{ id, epoch int32 }
-	reqs := make(chan seen, 1000)
-	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kr.(*kmsg.FetchRequest)
-		select {
-		case reqs <- seen{req.SessionID, req.SessionEpoch}:
-		default:
-		}
-		return nil, nil, false
-	})
+	c, reqs := sessionWatchedCluster(t)
 	cons, err := consumer.New(consumer.SeedBrokers(c.ListenAddrs()...), consumer.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -239,15 +239,7 @@ func TestTxnCommitStandsWhenItsBumpIsFenced(t *testing.T) {
 	c := newCluster(t, 2)
 	p, _ := newTxnProducer(t, c, "txn-bump-fenced", tv1())
 	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.RequestTimedOut})
-	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
-	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})); err != nil {
-		t.Fatal(err)
-	}
+	beginWithUncertainOffsets(t, ctx, c, p)
 	bump := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ProducerFenced})
 	err := p.CommitTransaction(ctx)
 	if bump.Hits() == 0 {
@@ -269,15 +261,7 @@ func TestTxnCloseDuringBumpAfterCommitSaysCommitted(t *testing.T) {
 	c := newCluster(t, 2)
 	p, _ := newTxnProducer(t, c, "txn-close-bump", tv1())
 	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.RequestTimedOut})
-	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
-	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})); err != nil {
-		t.Fatal(err)
-	}
+	beginWithUncertainOffsets(t, ctx, c, p)
 	hold := make(chan struct{})
 	defer close(hold)
 	seen := make(chan struct{}, 1)
@@ -309,4 +293,21 @@ func TestTxnCloseDuringBumpAfterCommitSaysCommitted(t *testing.T) {
 		t.Fatal("CommitTransaction still blocked 3s after Close returned")
 	}
 	wantCommitted(t, c, "a")
+}
+
+// beginWithUncertainOffsets begins a transaction of p, writes record "a" to
+// partition 0 in it, and sends offsets to it whose TxnOffsetCommit is
+// answered REQUEST_TIMED_OUT (a copy may still arrive: the commit must end
+// with an epoch bump).
+func beginWithUncertainOffsets(t *testing.T, ctx context.Context, c *kfake.Cluster, p *producer.Producer) {
+	t.Helper()
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.RequestTimedOut})
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{1: 100})); err != nil {
+		t.Fatal(err)
+	}
 }
