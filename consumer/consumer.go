@@ -693,9 +693,11 @@ func (c *Consumer) metadataEventLocked(ev metadata.Event) {
 	if p == nil {
 		return
 	}
-	if mp, err := c.meta.Lookup(ev.Topic, ev.Partition); err == nil && mp.TopicID != ev.TopicID && ev.TopicID != (metadata.TopicID{}) {
-		c.stepLocked(p, c.leaderChangedLocked(mp.Leader, mp.LeaderEpoch, mp.TopicID))
-		return
+	if ev.TopicID != (metadata.TopicID{}) {
+		if mp, err := c.meta.Lookup(ev.Topic, ev.Partition); err == nil && mp.TopicID != ev.TopicID {
+			c.stepLocked(p, c.leaderChangedLocked(mp.Leader, mp.LeaderEpoch, mp.TopicID))
+			return
+		}
 	}
 	c.stepLocked(p, c.leaderChangedLocked(ev.Leader, ev.LeaderEpoch, ev.TopicID))
 }

@@ -201,8 +201,21 @@ func truncate(c *kfake.Cluster, to int64) {
 // answerEpochEnds answers every OffsetForLeaderEpoch itself: each partition
 // with the (epoch, end offset) end gives for it.
 func answerEpochEnds(c *kfake.Cluster, end func(kmsg.OffsetForLeaderEpochRequestTopicPartition) (int32, int64)) {
+	answerEpochs(c, nil, func(rp kmsg.OffsetForLeaderEpochRequestTopicPartition) (int16, int32, int64) {
+		epoch, offset := end(rp)
+		return 0, epoch, offset
+	})
+}
+
+// answerEpochs answers the OffsetForLeaderEpoch requests that come while
+// when says so (always: nil) itself, each partition with the (error code,
+// epoch, end offset) part gives for it; kfake answers the others.
+func answerEpochs(c *kfake.Cluster, when func() bool, part func(kmsg.OffsetForLeaderEpochRequestTopicPartition) (int16, int32, int64)) {
 	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
+		if when != nil && !when() {
+			return nil, nil, false
+		}
 		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
 		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 		for _, rt := range req.Topics {
@@ -211,7 +224,7 @@ func answerEpochEnds(c *kfake.Cluster, end func(kmsg.OffsetForLeaderEpochRequest
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 				sp.Partition = rp.Partition
-				sp.LeaderEpoch, sp.EndOffset = end(rp)
+				sp.ErrorCode, sp.LeaderEpoch, sp.EndOffset = part(rp)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)

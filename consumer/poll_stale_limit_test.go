@@ -27,26 +27,8 @@ import (
 func TestPollLimitNotSpentOnAStaleAnswer(t *testing.T) {
 	c := newCluster(t, 2)
 	var refuse atomic.Bool
-	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !refuse.Load() {
-			return nil, nil, false
-		}
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
-				sp.LeaderEpoch, sp.EndOffset = -1, -1
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+	answerEpochs(c, refuse.Load, func(kmsg.OffsetForLeaderEpochRequestTopicPartition) (int16, int32, int64) {
+		return kerr.UnknownLeaderEpoch.Code, -1, -1
 	})
 	cons := newConsumer(t, c, consumer.MaxPollRecords(5), consumer.MetadataMaxAge(100*time.Millisecond))
 	assignAll(t, cons, 2, consumer.At(0))

@@ -315,10 +315,10 @@ func (p *Producer) callbackLoop() {
 		}
 		q, p.events = p.events, q[:0]
 		p.mu.Unlock()
-		n, batches := 0, 0
+		batches := 0
 		for i := range q {
 			if b := q[i].b; b != nil {
-				n += deliver(b)
+				deliver(b)
 				batches++
 			} else {
 				q[i].fn()
@@ -326,7 +326,6 @@ func (p *Producer) callbackLoop() {
 		}
 		if batches > 0 {
 			p.mu.Lock()
-			p.records -= n
 			for i := range q {
 				if b := q[i].b; b != nil {
 					p.deliveredLocked(b)
@@ -351,11 +350,10 @@ func (p *Producer) deliveredLocked(b *pbatch) {
 	}
 }
 
-// deliver calls the callbacks of a finished batch's records and returns how
-// many records it had. It only reads the batch: a sink may still be
-// encoding it (a batch can fail, e.g. its delivery timeout, while on its
-// way to the wire).
-func deliver(b *pbatch) int {
+// deliver calls the callbacks of a finished batch's records. It only reads
+// the batch: a sink may still be encoding it (a batch can fail, e.g. its
+// delivery timeout, while on its way to the wire).
+func deliver(b *pbatch) {
 	epoch := b.epoch
 	if b.err != nil {
 		epoch = -1
@@ -371,5 +369,4 @@ func deliver(b *pbatch) int {
 		}
 		pr.cb(res)
 	}
-	return len(b.recs)
 }

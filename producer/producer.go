@@ -109,7 +109,6 @@ type Producer struct {
 	lastShape    atomic.Pointer[topicShape] // Produce's topic lookup fast path
 	clock        clock                      // record timestamps
 	buffered     int                        // bytes of records not yet finished
-	records      int                        // records whose callback has not run yet
 	spaceWaiters int                        // Produce calls waiting for buffer space
 	spaceWake    chan struct{}              // closed and replaced when buffered bytes drop (if spaceWaiters > 0)
 	batchNo      uint64                     // batches created so far (numbers them)
@@ -358,7 +357,6 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	ps := p.pstateLocked(tp, topicID)
 	p.buffered += size
-	p.records++
 	ps.add(p, pending{rec: r, cb: cb, ts: ts, size: int32(size), headers: len(r.Headers) > 0})
 	p.mu.Unlock()
 	return nil

@@ -63,33 +63,19 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 		p.committing--
 		p.mu.Unlock()
 	}()
-	for {
-		p.mu.Lock()
-		st := p.txn.State()
-		p.mu.Unlock()
-		if st == TxnAbortableError || st == TxnFatalError {
-			break // Commit refuses at once; no need to wait for the records
-		}
+	p.mu.Lock()
+	st := p.txn.State()
+	p.mu.Unlock()
+	// Commit refuses at once in an error state: no need to wait for the
+	// records. Otherwise every record is in a batch the flush waits for
+	// (none can come meanwhile), as TxnState.Commit requires.
+	if st != TxnAbortableError && st != TxnFatalError {
 		if err := p.Flush(ctx); err != nil {
-			return err
-		}
-		err := p.txnOp(ctx, "commit", func() (TxnStep, error) {
-			if p.records > 0 {
-				// Produced after the flush: commit only once they are
-				// part of the transaction's batches (TxnState.Commit's
-				// contract), else they would slip into the next one.
-				return TxnStep{}, errFlushAgain
-			}
-			return p.txn.Commit()
-		})
-		if err != errFlushAgain {
 			return err
 		}
 	}
 	return p.txnOp(ctx, "commit", func() (TxnStep, error) { return p.txn.Commit() })
 }
-
-var errFlushAgain = errors.New("kepoch: records produced during commit")
 
 // AbortTransaction fails the transaction's records that are not sent yet
 // (with ErrTransactionAborted), waits for those on the wire, and aborts;

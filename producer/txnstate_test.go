@@ -81,6 +81,20 @@ func (h *txnHarness) init(r InitProducerIDResult) TxnStep {
 	return step
 }
 
+// bumpDone expects step to send the epoch bump's InitProducerId for pid,
+// answers it with the next epoch, and fails unless that ends the operation
+// without error in TxnReady under the bumped identity, which it returns.
+func (h *txnHarness) bumpDone(step TxnStep, what string) ProducerID {
+	h.t.Helper()
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	bumped := ProducerID{pid.ID, pid.Epoch + 1}
+	step = h.init(InitProducerIDResult{Producer: bumped})
+	if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
+		h.t.Fatalf("%s: step %+v, state %v, producer %v", what, step, h.tx.State(), h.seq.Producer())
+	}
+	return bumped
+}
+
 func (h *txnHarness) endTxn(r EndTxnResult) TxnStep {
 	h.t.Helper()
 	step, err := h.tx.HandleEndTxn(r)
@@ -741,12 +755,7 @@ func TestTxnBumpAnsweredTransactionAbortable(t *testing.T) {
 	}
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
-	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
-	bumped := ProducerID{pid.ID, pid.Epoch + 1}
-	step = h.init(InitProducerIDResult{Producer: bumped})
-	if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
-		t.Fatalf("second abort: step %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
-	}
+	h.bumpDone(step, "second abort")
 }
 
 // TestTxnV2CommitRefusedAfterAckedProduce: with implicit adds, an
@@ -974,12 +983,7 @@ func TestTxnOffsetsMaybeAppliedBump(t *testing.T) {
 			}
 			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: c.commit})
 			step = h.endTxn(EndTxnResult{Producer: NoProducerID})
-			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
-			bumped := ProducerID{pid.ID, pid.Epoch + 1}
-			step = h.init(InitProducerIDResult{Producer: bumped})
-			if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
-				t.Fatalf("end: %+v, state %v", step, h.tx.State())
-			}
+			bumped := h.bumpDone(step, "end")
 			// The next transaction, with nothing uncertain, ends without a bump.
 			h.begin(tp0)
 			step, _ = h.tx.Commit()
@@ -1048,12 +1052,7 @@ func TestTxnCommitStandsWhenItsBumpFails(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
-			bumped := ProducerID{pid.ID, pid.Epoch + 1}
-			step = h.init(InitProducerIDResult{Producer: bumped})
-			if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != bumped {
-				t.Fatalf("abort after the failed bump: step %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
-			}
+			h.bumpDone(step, "abort after the failed bump")
 		})
 	}
 }
