@@ -25,16 +25,7 @@ func TestTxnCoordinatorLookupNotAuthorizedIsFatal(t *testing.T) {
 		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, Err: kerr.TransactionalIDAuthorizationFailed, Count: -1})
 		p, _ := newRecorded(t, c, producer.TransactionalID("txn-unauthorized"))
 		ctx := testCtx(t, 10*time.Second)
-		done := make(chan error, 1)
-		go func() { done <- p.InitTransactions(ctx) }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-				t.Fatalf("InitTransactions: %v; want ErrProducerFatal and TRANSACTIONAL_ID_AUTHORIZATION_FAILED", err)
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("InitTransactions still retrying 3s after its coordinator lookup was refused as unauthorized")
-		}
+		wantUnauthorizedFatal(t, "InitTransactions", func() error { return p.InitTransactions(ctx) })
 	})
 	t.Run("add", func(t *testing.T) {
 		c := newCluster(t, 2)
@@ -68,16 +59,23 @@ func TestTxnCoordinatorLookupNotAuthorizedIsFatal(t *testing.T) {
 		// is refused from now on.
 		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.NotCoordinator})
 		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, Err: kerr.TransactionalIDAuthorizationFailed, Count: -1})
-		done := make(chan error, 1)
-		go func() { done <- p.CommitTransaction(ctx) }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
-				t.Fatalf("CommitTransaction: %v; want ErrProducerFatal and TRANSACTIONAL_ID_AUTHORIZATION_FAILED", err)
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("CommitTransaction still retrying 3s after its coordinator lookup was refused as unauthorized")
-		}
+		wantUnauthorizedFatal(t, "CommitTransaction", func() error { return p.CommitTransaction(ctx) })
 		wantCommitted(t, c)
 	})
+}
+
+// wantUnauthorizedFatal runs call (named name), which must end within 3s
+// with ErrProducerFatal for TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+func wantUnauthorizedFatal(t *testing.T, name string, call func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			t.Fatalf("%s: %v; want ErrProducerFatal and TRANSACTIONAL_ID_AUTHORIZATION_FAILED", name, err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("%s still retrying 3s after its coordinator lookup was refused as unauthorized", name)
+	}
 }

@@ -95,6 +95,23 @@ func (h *txnHarness) bumpDone(step TxnStep, what string) ProducerID {
 	return bumped
 }
 
+// commitAfterLostAnswer begins a transaction on tp0 and commits it: its
+// EndTxn's first answer is lost, the resent one is answered NONE (it
+// committed), and the commit must then bump the epoch (KAFKA-17754). It
+// returns the step that sends the bump's InitProducerId.
+func (h *txnHarness) commitAfterLostAnswer() TxnStep {
+	h.t.Helper()
+	h.begin(tp0)
+	step, _ := h.tx.Commit()
+	want := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
+	h.wantSend(step, want)
+	step = h.endTxn(EndTxnResult{Delivery: NoResponse})
+	h.wantSend(step, want)
+	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	return step
+}
+
 func (h *txnHarness) endTxn(r EndTxnResult) TxnStep {
 	h.t.Helper()
 	step, err := h.tx.HandleEndTxn(r)
@@ -398,14 +415,7 @@ func TestTxnEndTxnV5AdoptsNextEpoch(t *testing.T) {
 // could end it (KAFKA-17754): bump first.
 func TestTxnEndTxnLostAnswer(t *testing.T) {
 	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
-	h.begin(tp0)
-	step, _ := h.tx.Commit()
-	want := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
-	h.wantSend(step, want)
-	step = h.endTxn(EndTxnResult{Delivery: NoResponse})
-	h.wantSend(step, want)
-	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
-	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+	step := h.commitAfterLostAnswer()
 	step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
 	if !step.Done || h.tx.State() != TxnReady || h.seq.Producer().Epoch != pid.Epoch+1 {
 		t.Fatalf("%+v", step)
@@ -1026,14 +1036,7 @@ func TestTxnCommitStandsWhenItsBumpFails(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
-			h.begin(tp0)
-			step, _ := h.tx.Commit()
-			want := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
-			h.wantSend(step, want)
-			step = h.endTxn(EndTxnResult{Delivery: NoResponse})
-			h.wantSend(step, want)
-			step = h.endTxn(EndTxnResult{Producer: NoProducerID}) // committed
-			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			step := h.commitAfterLostAnswer()
 			step = h.init(InitProducerIDResult{Code: tc.code.Code, Producer: NoProducerID})
 			if !step.Done || step.Err != nil {
 				t.Fatalf("bump answered %v after the commit: the commit reports %+v; want success (it committed)", tc.code, step)
