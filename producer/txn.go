@@ -215,15 +215,9 @@ func (p *Producer) txnLoop() {
 			}
 			p.mu.Unlock()
 			step, retry, err := p.sendTxn(send)
-			if retry {
-				// The coordinator did not settle it: the TxnState resends;
-				// pace the resends.
-				select {
-				case <-p.ctx.Done():
-					return
-				case <-time.After(p.cfg.retryBackoff):
-				}
-			}
+			// The answer's result first: an operation it settled ends
+			// now, and Close and the application see the state it
+			// left, not the one before it, during the backoff below.
 			p.mu.Lock()
 			if err == nil {
 				p.txnStepLocked(step)
@@ -231,7 +225,17 @@ func (p *Producer) txnLoop() {
 				p.txnDone <- err
 				p.txnDone = nil
 			}
+			resend := retry && p.txnSend != nil
 			p.mu.Unlock()
+			if resend {
+				// The coordinator did not settle it and the TxnState
+				// sends again: pace the resends.
+				select {
+				case <-p.ctx.Done():
+					return
+				case <-time.After(p.cfg.retryBackoff):
+				}
+			}
 			if p.ctx.Err() != nil {
 				return
 			}
