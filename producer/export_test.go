@@ -29,3 +29,11 @@ func PartitionTopicID(p *Producer, topic string, partition int32) [16]byte {
 	}
 	return [16]byte{}
 }
+
+// TxnResendWaiting reports whether p's transaction loop holds a request to
+// send again (it is sleeping the retry backoff before sending it).
+func TxnResendWaiting(p *Producer) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txnSend != nil
+}

@@ -470,20 +470,24 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.sub.Close()
 	p.wg.Wait()
 	p.mu.Lock()
-	if p.txnDone != nil {
+	if p.txn != nil {
 		// The txn loop stopped: the waiting InitTransactions, Commit or
-		// Abort gets no other answer. A commit's EndTxn may have been
-		// applied: its outcome is unknown, unless it was answered NONE
-		// and only the epoch bump after it was left (it committed).
-		err := errors.ErrClosed
-		if p.txnKind == "commit" {
-			err = errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)
-			if p.txn.Committed() {
-				err = nil
+		// Abort gets no other answer. The TxnState says what is known
+		// of it (a commit no EndTxn of which can have reached the
+		// coordinator did not commit; one whose EndTxn may have has an
+		// unknown outcome; one answered NONE, with only the epoch bump
+		// after it left, committed). A request still in txnSend was
+		// never sent.
+		step := p.txn.Stop(p.txnSend != nil)
+		p.txnSend = nil
+		if p.txnDone != nil {
+			err := errors.ErrClosed
+			if step.Done {
+				err = step.Err
 			}
+			p.txnDone <- err
+			p.txnDone = nil
 		}
-		p.txnDone <- err
-		p.txnDone = nil
 	}
 	for _, ps := range p.parts {
 		ps.failAll(p, errors.ErrClosed)

@@ -43,7 +43,11 @@ func (p *Producer) BeginTransaction() error {
 // AbortTransaction. If ctx ends first, the commit goes on: calling
 // CommitTransaction again waits for that same commit's outcome (and so do
 // InitTransactions and AbortTransaction for theirs). A Close while it
-// waits ends it with ErrClosed and ErrUnknownOutcome. While it runs,
+// waits ends it with ErrClosed, and with ErrUnknownOutcome if its EndTxn
+// may have reached the coordinator; if none can have (the commit was
+// still waiting for its records, or every EndTxn was refused unapplied),
+// the error matches ErrAbortRequired and ErrClosed: it did not commit.
+// While it runs,
 // Produce refuses records with an error matching ErrTxnState (delivery
 // callbacks included), as Java's producer refuses sends once a commit
 // began: produce a transaction's records before committing it.
@@ -126,7 +130,12 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		// coordinator's does not come.
 		done, p.txnLeft = p.txnLeft, nil
 	case p.closed:
+		open := p.txn.State() == TxnInTransaction
 		p.mu.Unlock()
+		if kind == "commit" && open {
+			// Closed before its EndTxn could be sent: not committed.
+			return fmt.Errorf("producer: %w: %w", ErrAbortRequired, errors.ErrClosed)
+		}
 		return errors.ErrClosed
 	default:
 		if p.txnDone != nil {

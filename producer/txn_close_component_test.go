@@ -4,6 +4,7 @@ package producer_test
 // transaction loop backs off, and of Close meeting a transaction.
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -34,4 +35,64 @@ func TestTxnAnswerAppliedBeforeBackoff(t *testing.T) {
 	if !errors.Is(err, producer.ErrAbortRequired) || !errors.Is(err, kerr.TransactionAbortable) {
 		t.Fatalf("CommitTransaction answered TRANSACTION_ABORTABLE: %v; want ErrAbortRequired wrapping it at once", err)
 	}
+}
+
+// Close while CommitTransaction runs and no EndTxn(commit) can have reached
+// the coordinator (the commit waits for its records, or every EndTxn was
+// refused unapplied and the next is not sent yet): the transaction did not
+// commit, and CommitTransaction says so (ErrAbortRequired and ErrClosed).
+// It said ErrClosed with ErrUnknownOutcome, or ErrClosed alone, leaving the
+// application to guess.
+func TestTxnCloseBeforeEndTxnSaysNotCommitted(t *testing.T) {
+	closed, cancel := context.WithCancel(context.Background())
+	cancel() // Close gives nothing time: the commit is stopped where it is
+	wantNotCommitted := func(t *testing.T, done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if !errors.Is(err, producer.ErrAbortRequired) || !errors.Is(err, errors.ErrClosed) || errors.Is(err, errors.ErrUnknownOutcome) {
+				t.Fatalf("CommitTransaction ended by Close before any EndTxn: %v; want ErrAbortRequired and ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("CommitTransaction still blocked 5s after Close returned")
+		}
+	}
+	t.Run("waiting for its records", func(t *testing.T) {
+		c := newCluster(t, 1)
+		p, _ := newTxnProducer(t, c, "txn-close-records")
+		ctx := testCtx(t, 10*time.Second)
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		release, held := holdProduceSeen(c, 0)
+		defer release()
+		sendAsync(t, ctx, p, prec(0, "a"))
+		onWire(t, held)
+		ends := observe(c, kmsg.EndTxn)
+		done := make(chan error, 1)
+		go func() { done <- p.CommitTransaction(context.Background()) }()
+		p.Close(closed)
+		wantNotCommitted(t, done)
+		if ends.Hits() != 0 {
+			t.Fatalf("EndTxn sent %d times", ends.Hits())
+		}
+	})
+	t.Run("every EndTxn refused", func(t *testing.T) {
+		c := newCluster(t, 1)
+		p, _ := newTxnProducer(t, c, "txn-close-refused", producer.RetryBackoff(time.Hour))
+		ctx := testCtx(t, 10*time.Second)
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+		busy := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: "txn-close-refused", Err: kerr.ConcurrentTransactions, Count: -1})
+		done := make(chan error, 1)
+		go func() { done <- p.CommitTransaction(context.Background()) }()
+		if err := busy.Wait(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the refused EndTxn queued to be sent again", func() bool { return producer.TxnResendWaiting(p) })
+		p.Close(closed)
+		wantNotCommitted(t, done)
+	})
 }

@@ -177,6 +177,9 @@ type TxnState struct {
 	// follows it (BumpingEpoch) is under way: the transaction committed,
 	// whatever the bump's answer, and the commit reports so.
 	committed bool
+	// stoppedCommit: Stop ended a commit before any EndTxn(commit) of it
+	// could have reached the coordinator: it did not commit.
+	stoppedCommit bool
 
 	// started: the coordinator knows the open transaction (an
 	// AddPartitionsToTxn succeeded). maybeStarted: an AddPartitionsToTxn
@@ -217,6 +220,53 @@ func (t *TxnState) Err() error { return t.err }
 // answered NONE: the transaction committed, only the bump is left.
 func (t *TxnState) Committed() bool { return t.committed && t.state == TxnBumpingEpoch }
 
+// StoppedCommit reports whether Stop ended a commit that no EndTxn(commit)
+// of could have reached the coordinator: the transaction did not commit
+// (until the next Begin).
+func (t *TxnState) StoppedCommit() bool { return t.stoppedCommit }
+
+// Stop tells the TxnState that the I/O layer stopped for good (the producer
+// closed): no request is sent or answered any more. outstandingUnsent says
+// that the request the last step handed out (Send) never left the I/O
+// layer. The operation under way ends with what is known of it (its Done
+// step; none if nothing is under way):
+//
+//	InitTransactions, Abort                 errors.ErrClosed
+//	Commit: EndTxn(commit) answered NONE,   success (it committed)
+//	  only the epoch bump after it left
+//	Commit: an EndTxn(commit) may have      errors.ErrClosed and errors.ErrUnknownOutcome
+//	  reached the coordinator (sent and
+//	  unanswered, or an attempt's answer
+//	  lost)
+//	Commit: none can have (waiting for      ErrAbortRequired and errors.ErrClosed, StoppedCommit: it
+//	  batches, or every attempt refused     did not commit (the state is TxnAbortableError)
+//	  unapplied)
+func (t *TxnState) Stop(outstandingUnsent bool) TxnStep {
+	if outstandingUnsent && t.outstanding != nil {
+		t.resend, t.outstanding = t.outstanding, nil
+	}
+	var step TxnStep
+	switch t.state {
+	case TxnInitializing, TxnAborting:
+		step = TxnStep{Done: true, Err: errors.ErrClosed}
+	case TxnBumpingEpoch:
+		step = TxnStep{Done: true, Err: errors.ErrClosed}
+		if t.committed {
+			step.Err = nil
+		}
+	case TxnCommitting:
+		if _, sent := t.outstanding.(*EndTxnRequest); sent || t.endTxnUncertain {
+			step = TxnStep{Done: true, Err: errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)}
+			break
+		}
+		_ = t.transition(TxnAbortableError)
+		t.err, t.stoppedCommit = errors.ErrClosed, true
+		step = TxnStep{Done: true, Err: fmt.Errorf("%w: %w", ErrAbortRequired, errors.ErrClosed)}
+	}
+	t.outstanding, t.resend = nil, nil
+	return step
+}
+
 // BumpRequired reports whether the next abort will end with an epoch bump.
 func (t *TxnState) BumpRequired() bool { return t.bumpRequired }
 
@@ -248,7 +298,7 @@ func (t *TxnState) Begin() error {
 	}
 	clear(t.added)
 	t.pendingAdd = t.pendingAdd[:0]
-	t.started, t.maybeStarted, t.committed = false, false, false
+	t.started, t.maybeStarted, t.committed, t.stoppedCommit = false, false, false, false
 	t.assignedAtBegin = t.seq.assigned
 	return nil
 }

@@ -1086,3 +1086,68 @@ func TestTxnCallsAfterFatalSayFatal(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnStopDuringCommit: the I/O layer stops (Close) while a commit is
+// under way. A commit no EndTxn(commit) of which can have reached the
+// coordinator did not commit: ErrAbortRequired and ErrClosed, StoppedCommit.
+// One whose EndTxn is on the wire, or an attempt of which got no answer,
+// has an unknown outcome; one answered NONE with only its bump left
+// committed.
+func TestTxnStopDuringCommit(t *testing.T) {
+	notCommitted := func(t *testing.T, h *txnHarness, step TxnStep) {
+		t.Helper()
+		if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || !errors.Is(step.Err, kepocherrors.ErrClosed) ||
+			errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) || !h.tx.StoppedCommit() || h.tx.State() != TxnAbortableError {
+			t.Fatalf("stopped commit: %+v (StoppedCommit %v, state %v); want not committed", step, h.tx.StoppedCommit(), h.tx.State())
+		}
+	}
+	unknown := func(t *testing.T, h *txnHarness, step TxnStep) {
+		t.Helper()
+		if !step.Done || !errors.Is(step.Err, kepocherrors.ErrClosed) || !errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) ||
+			errors.Is(step.Err, ErrAbortRequired) || h.tx.StoppedCommit() {
+			t.Fatalf("stopped commit: %+v (StoppedCommit %v); want an unknown outcome", step, h.tx.StoppedCommit())
+		}
+	}
+	commitReq := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
+	t.Run("waiting for its batches", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		h.assign(tp0, 1)
+		if step, _ := h.tx.Commit(); !step.WaitDrain {
+			t.Fatalf("commit with a batch in flight: %+v", step)
+		}
+		notCommitted(t, h, h.tx.Stop(false))
+	})
+	t.Run("EndTxn refused, resend not sent", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		step, _ := h.tx.Commit()
+		h.wantSend(step, commitReq)
+		step = h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code})
+		h.wantSend(step, commitReq)
+		notCommitted(t, h, h.tx.Stop(true))
+	})
+	t.Run("EndTxn refused, resend sent", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		step, _ := h.tx.Commit()
+		h.wantSend(step, commitReq)
+		h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code})
+		unknown(t, h, h.tx.Stop(false))
+	})
+	t.Run("EndTxn answer lost, resend not sent", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		step, _ := h.tx.Commit()
+		h.wantSend(step, commitReq)
+		h.endTxn(EndTxnResult{Delivery: NoResponse})
+		unknown(t, h, h.tx.Stop(true))
+	})
+	t.Run("committed, bump left", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.commitAfterLostAnswer()
+		if step := h.tx.Stop(false); !step.Done || step.Err != nil {
+			t.Fatalf("stopped bump after a committed EndTxn: %+v; want success", step)
+		}
+	})
+}
