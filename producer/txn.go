@@ -23,13 +23,16 @@ func (p *Producer) InitTransactions(ctx context.Context) error {
 }
 
 // BeginTransaction opens a transaction: records produced until Commit or
-// Abort belong to it.
+// Abort belong to it. After Close it returns errors.ErrClosed.
 func (p *Producer) BeginTransaction() error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return errors.ErrClosed
+	}
 	if err := p.txn.Begin(); err != nil {
 		return err
 	}

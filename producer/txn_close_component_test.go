@@ -96,3 +96,18 @@ func TestTxnCloseBeforeEndTxnSaysNotCommitted(t *testing.T) {
 		wantNotCommitted(t, done)
 	})
 }
+
+// BeginTransaction after Close says the producer is closed, as every other
+// call does. It opened a transaction no record could join and no commit
+// could end.
+func TestTxnBeginAfterClose(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-begin-after-close")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BeginTransaction(); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("BeginTransaction after Close: %v; want ErrClosed", err)
+	}
+}
