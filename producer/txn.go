@@ -255,21 +255,30 @@ func (p *Producer) txnLoop() {
 	}
 }
 
-// authRefusal returns the code of a request error that is an authorization
-// refusal: kgo returns the error of the FindCoordinator answer that located
-// the request's coordinator as the request's own (the transactional ID or
-// group not authorized). Nothing was sent, and the refusal is as final as
-// the coordinator's own answer would be: the request is judged as answered
-// with that code (TRANSACTIONAL_ID_AUTHORIZATION_FAILED is fatal, as Java's
-// FindCoordinator handler makes it), not as a lost answer, which was sent
-// again for ever (InitTransactions and CommitTransaction never returned).
-func authRefusal(err error) (int16, bool) {
+// lookupRefusal returns the code of a request error that is the refusal
+// of the lookup of the request's coordinator: kgo returns the error of the
+// FindCoordinator answer that was to locate the coordinator as the
+// request's own (a coordinator request's own answer comes back as a
+// response, never as a *kerr.Error). The request was not sent, so it was
+// not applied: it is judged as answered with that code, as final as the
+// coordinator's own answer would be.
+//
+//	TRANSACTIONAL_ID_AUTHORIZATION_FAILED,  not authorized: fatal, as Java's FindCoordinator handler
+//	  GROUP_AUTHORIZATION_FAILED, CLUSTER_    makes it (taken for a lost answer, the request was sent
+//	  AUTHORIZATION_FAILED                    again for ever, InitTransactions and CommitTransaction
+//	                                          never returned)
+//	COORDINATOR_NOT_AVAILABLE, NOT_         the coordinator is not known yet: sent again after a
+//	  COORDINATOR, COORDINATOR_LOAD_IN_       lookup (taken for a lost answer, an EndTxn was judged
+//	  PROGRESS                                perhaps applied, the commit ended with a bump, and an
+//	                                          offsets request failed SendOffsetsToTransaction)
+func lookupRefusal(err error) (int16, bool) {
 	ke, ok := errors.AsType[*kerr.Error](err)
 	if !ok {
 		return 0, false
 	}
 	switch ke.Code {
-	case kerr.TransactionalIDAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code, kerr.ClusterAuthorizationFailed.Code:
+	case kerr.TransactionalIDAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code, kerr.ClusterAuthorizationFailed.Code,
+		kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code:
 		return ke.Code, true
 	}
 	return 0, false
@@ -299,7 +308,7 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
 		resp, err := req.RequestWith(ctx, p.cl)
 		res := InitProducerIDResult{Producer: NoProducerID}
-		if code, ok := authRefusal(err); ok {
+		if code, ok := lookupRefusal(err); ok {
 			res.Code = code
 		} else if err != nil {
 			res.Delivery = p.delivery(err)
@@ -329,7 +338,7 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		resp, err := req.RequestWith(ctx, p.cl)
 		var results []AddPartitionResult
 		d := Answered
-		if code, ok := authRefusal(err); ok {
+		if code, ok := lookupRefusal(err); ok {
 			for _, tp := range r.Partitions {
 				results = append(results, AddPartitionResult{TP: tp, Code: code})
 			}
@@ -364,7 +373,7 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		lost := p.endTxnLost.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
 		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost}
-		if code, ok := authRefusal(err); ok {
+		if code, ok := lookupRefusal(err); ok {
 			res.Code = code
 		} else if err != nil {
 			res.Delivery = p.delivery(err)

@@ -134,7 +134,7 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 		lost := p.offsetsLost.Load()
 		codes, err := send(rctx)
 		cancel()
-		if code, ok := authRefusal(err); ok {
+		if code, ok := lookupRefusal(err); ok {
 			// The coordinator's lookup refused: as final as its answer.
 			codes, err = []int16{code}, nil
 		}

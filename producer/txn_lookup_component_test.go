@@ -1,0 +1,92 @@
+package producer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/producer"
+)
+
+// noLookupRetries makes the transport give up a coordinator request at its
+// first failure, its coordinator's lookup included: the lookup's refusal is
+// then the request's error, as it is once the transport's own retries are
+// spent.
+func noLookupRetries() producer.Opt {
+	return producer.TransportOpts(kgo.MaxVersions(tv1Versions()), kgo.RetryTimeoutFn(func(key int16) time.Duration {
+		switch kmsg.Key(key) {
+		case kmsg.EndTxn, kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit:
+			return time.Millisecond
+		}
+		return 30 * time.Second
+	}))
+}
+
+// A coordinator lookup refused with COORDINATOR_NOT_AVAILABLE,
+// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (the transport returns
+// the FindCoordinator answer's error as the request's) is an answer: the
+// request was not sent, so it cannot have been applied. It was taken for a
+// lost answer: a TxnOffsetCommit whose group coordinator's lookup was
+// refused failed SendOffsetsToTransaction (abortable), and an EndTxn's made
+// the commit end with an epoch bump, as after an EndTxn that may have been
+// applied twice.
+func TestTxnRefusedLookupIsNotALostAnswer(t *testing.T) {
+	for _, code := range []*kerr.Error{kerr.CoordinatorNotAvailable, kerr.NotCoordinator, kerr.CoordinatorLoadInProgress} {
+		t.Run("TxnOffsetCommit "+code.Message, func(t *testing.T) {
+			c := newCluster(t, 1)
+			p, _ := newTxnProducer(t, c, "txn-lookup-offsets", noLookupRetries())
+			ctx := testCtx(t, 10*time.Second)
+			before := p.ProducerID()
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+			lookup := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, Group: "g", Err: code})
+			g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+			if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 5})); err != nil {
+				t.Fatalf("SendOffsetsToTransaction after its group coordinator's lookup was refused: %v", err)
+			}
+			if lookup.Hits() != 1 {
+				t.Fatalf("group coordinator lookup refused %d times", lookup.Hits())
+			}
+			if err := p.CommitTransaction(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := p.ProducerID(); after != before {
+				t.Fatalf("identity %v → %v: the commit bumped the epoch as if the TxnOffsetCommit may have been applied unanswered", before, after)
+			}
+			if o, _ := fetchTxnCommitted(t, ctx, c, "g", 0); o != 5 {
+				t.Fatalf("committed offset %d, want 5", o)
+			}
+		})
+		t.Run("EndTxn "+code.Message, func(t *testing.T) {
+			c := newCluster(t, 1)
+			id := "txn-lookup-endtxn"
+			p, _ := newTxnProducer(t, c, id, noLookupRetries())
+			ctx := testCtx(t, 10*time.Second)
+			before := p.ProducerID()
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+			// The coordinator moves (the transport forgets it), and its
+			// next lookup is refused.
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: id, Err: kerr.NotCoordinator})
+			lookup := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, TxnID: id, Err: code})
+			if err := p.CommitTransaction(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if lookup.Hits() != 1 {
+				t.Fatalf("transaction coordinator lookup refused %d times", lookup.Hits())
+			}
+			if after := p.ProducerID(); after != before {
+				t.Fatalf("identity %v → %v: the commit bumped the epoch as if an EndTxn may have been applied unanswered", before, after)
+			}
+			wantCommitted(t, c, "a")
+		})
+	}
+}
