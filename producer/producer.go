@@ -91,6 +91,11 @@ type Producer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// closing ends when Close begins (ctx, when the producer's goroutines
+	// stop): calls it interrupts, such as SendOffsetsToTransaction's
+	// requests, return errors.ErrClosed.
+	closing    context.Context
+	closeBegin context.CancelFunc
 
 	mu           sync.Mutex
 	closed       bool
@@ -224,6 +229,7 @@ func New(opts ...Opt) (*Producer, error) {
 	p.cbDone = make(chan struct{})
 	go p.callbackLoop() // stopped by Close after every other goroutine
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.closing, p.closeBegin = context.WithCancel(context.Background())
 	p.sub = p.meta.Subscribe()
 	p.goFn(p.metadataLoop)
 	p.goFn(p.expireLoop)
@@ -460,6 +466,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	p.closeBegin()
 	for _, unwatch := range p.watching {
 		unwatch()
 	}

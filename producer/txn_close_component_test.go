@@ -111,3 +111,49 @@ func TestTxnBeginAfterClose(t *testing.T) {
 		t.Fatalf("BeginTransaction after Close: %v; want ErrClosed", err)
 	}
 }
+
+// SendOffsetsToTransaction interrupted by Close (its TxnOffsetCommit
+// unanswered) returns ErrClosed, as every call Close interrupts does. It
+// reported the closed transport's failure as the transaction's:
+// ErrAbortRequired, which tells the application to abort and go on.
+func TestTxnSendOffsetsInterruptedByClose(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "offsets-close")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	hold := make(chan struct{})
+	defer close(hold)
+	seen := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-hold })
+		return nil, nil, false
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1}, txnOffsets(map[int32]int64{0: 1}))
+	}()
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no TxnOffsetCommit")
+	}
+	closed, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.Close(closed)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errors.ErrClosed) || errors.Is(err, producer.ErrAbortRequired) {
+			t.Fatalf("SendOffsetsToTransaction interrupted by Close: %v; want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SendOffsetsToTransaction still blocked 5s after Close returned")
+	}
+}

@@ -36,6 +36,7 @@ type OffsetAndEpoch struct {
 // it aborts. Each offset carries its leader epoch. An error leaves the
 // transaction abortable (errors matching ErrAbortRequired) or the producer
 // fatal (fenced); TxnState.HandleOffsets lists which answer does what.
+// After Close, or interrupted by it, it returns errors.ErrClosed.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
@@ -48,7 +49,7 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		// Its requests would fail on the closed transport, and the
 		// failure would be reported as the transaction's (abortable).
 		p.mu.Unlock()
-		return fmt.Errorf("producer: committing offsets: %w", errors.ErrClosed)
+		return errOffsetsClosed
 	}
 	if st := p.txn.State(); st != TxnInTransaction {
 		err := p.txn.stateErr() // ErrAbortRequired, ErrProducerFatal or ErrTxnState
@@ -70,6 +71,11 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		}
 		p.mu.Unlock()
 	}()
+	// Close interrupts the call: the TxnState learns how its request
+	// ended, and the call returns ErrClosed (offsetsErr).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.closing, cancel)()
 
 	// 1. AddOffsetsToTxn: the transaction coordinator learns the group.
 	add := kmsg.NewPtrAddOffsetsToTxnRequest()
@@ -98,7 +104,7 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 	for topic, ps := range offsets {
 		_, topicID, err := p.topic(ctx, topic) // TxnOffsetCommit v6+ names topics by ID
 		if err != nil {
-			return p.offsetsFailed(OffsetsResult{Request: OffsetsCommit, Delivery: NotSent, Err: err})
+			return p.offsetsErr(p.offsetsFailed(OffsetsResult{Request: OffsetsCommit, Delivery: NotSent, Err: err}))
 		}
 		t := kmsg.NewTxnOffsetCommitRequestTopic()
 		t.Topic, t.TopicID = topic, topicID
@@ -150,7 +156,7 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 		p.mu.Unlock()
 		if !step.Retry {
 			if step.Err != nil {
-				return fmt.Errorf("producer: committing offsets: %w", step.Err)
+				return p.offsetsErr(fmt.Errorf("producer: committing offsets: %w", step.Err))
 			}
 			return nil
 		}
@@ -158,10 +164,23 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 		case <-ctx.Done():
 			// The last attempt was answered (and refused): nothing of it
 			// was applied.
-			return p.offsetsFailed(OffsetsResult{Request: kind, Delivery: NotSent, Err: ctx.Err()})
+			return p.offsetsErr(p.offsetsFailed(OffsetsResult{Request: kind, Delivery: NotSent, Err: ctx.Err()}))
 		case <-time.After(p.cfg.retryBackoff):
 		}
 	}
+}
+
+// errOffsetsClosed is SendOffsetsToTransaction's error after Close began.
+var errOffsetsClosed = fmt.Errorf("producer: committing offsets: %w", errors.ErrClosed)
+
+// offsetsErr is err, the failure of a SendOffsetsToTransaction call, unless
+// Close began: the call then returns ErrClosed (its request failed because
+// Close stopped it; the TxnState has judged how it ended).
+func (p *Producer) offsetsErr(err error) error {
+	if p.closing.Err() != nil {
+		return errOffsetsClosed
+	}
+	return err
 }
 
 // offsetsFailed ends a SendOffsetsToTransaction call that failed before
