@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,6 +336,10 @@ func TestTxnSendOffsetsErrors(t *testing.T) {
 // accepted is in the committed transaction. Before, the commit accepted
 // them and flushed again for each, for as long as they came (it ended
 // only when the records happened to be all acknowledged at one moment).
+// A record of the transaction is held on the wire until a record produced
+// during the commit was refused, so the commit cannot end before one is
+// (the test once looked for a refusal during a commit it let run, which
+// sometimes ended before any record came: 2 runs in 30 under -race).
 func TestTxnCommitWhileProducing(t *testing.T) {
 	c := newCluster(t, 2)
 	p, _ := newTxnProducer(t, c, "txn-busy")
@@ -347,9 +350,24 @@ func TestTxnCommitWhileProducing(t *testing.T) {
 	var (
 		mu              sync.Mutex
 		accepted, acked int
-		refused         error // while CommitTransaction ran
-		inCommit        atomic.Bool
 	)
+	cb := func(res producer.Result) {
+		mu.Lock()
+		if res.Err == nil {
+			acked++
+		}
+		mu.Unlock()
+	}
+	release, held := holdProduceSeen(c, 0)
+	defer release()
+	if err := p.Produce(ctx, prec(0, "first"), cb); err != nil {
+		t.Fatal(err)
+	}
+	accepted++
+	onWire(t, held)
+	committed := make(chan error, 1)
+	go func() { committed <- p.CommitTransaction(ctx) }()
+	refused := make(chan error, 1)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -360,28 +378,37 @@ func TestTxnCommitWhileProducing(t *testing.T) {
 				return
 			default:
 			}
-			during := inCommit.Load()
-			err := p.Produce(ctx, prec(int32(i%2), fmt.Sprintf("r%d", i)), func(res producer.Result) {
-				mu.Lock()
-				if res.Err == nil {
-					acked++
+			if err := p.Produce(ctx, prec(int32(i%2), fmt.Sprintf("r%d", i)), cb); err != nil {
+				select {
+				case refused <- err:
+				default:
 				}
-				mu.Unlock()
-			})
-			mu.Lock()
-			if err == nil {
+			} else {
+				mu.Lock()
 				accepted++
-			} else if during && inCommit.Load() && refused == nil {
-				refused = err
+				mu.Unlock()
 			}
-			mu.Unlock()
 			runtime.Gosched()
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
-	inCommit.Store(true)
-	err := p.CommitTransaction(ctx)
-	inCommit.Store(false)
+	select {
+	case err := <-refused:
+		// The first refusal: the commit, held, is still under way.
+		if !errors.Is(err, producer.ErrTxnState) {
+			t.Fatalf("Produce while CommitTransaction ran: %v, want ErrTxnState", err)
+		}
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no record refused while CommitTransaction ran (%d accepted)", accepted)
+	}
+	release()
+	var err error
+	select {
+	case err = <-committed:
+	case <-ctx.Done():
+		t.Fatal("CommitTransaction did not end while records kept coming")
+	}
 	close(stop)
 	<-done
 	if err != nil {
@@ -392,9 +419,4 @@ func TestTxnCommitWhileProducing(t *testing.T) {
 		defer mu.Unlock()
 		return acked == accepted
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if !errors.Is(refused, producer.ErrTxnState) {
-		t.Fatalf("Produce while CommitTransaction ran: %v, want ErrTxnState (%d records accepted)", refused, accepted)
-	}
 }
