@@ -202,6 +202,12 @@ func TestConsumeTransformProduceExactlyOnce(t *testing.T) {
 				for _, r := range batch {
 					zombie = append(zombie, "out-"+string(r.Value))
 				}
+				// Close with an ended context leaves the transaction
+				// open, as a crash does (a Close given time aborts
+				// it): the next run's InitTransactions must abort it.
+				ended, cancelEnded := context.WithCancel(ctx)
+				cancelEnded()
+				p.Close(ended)
 				crashed++
 				t.Logf("crash after %d transactions, with an open transaction up to offset %d", txns, last.Offset)
 				return false

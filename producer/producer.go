@@ -154,6 +154,9 @@ type Producer struct {
 	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
 	offsetsBusy int
 	offsetsIdle chan struct{}
+	// txnIdle, made by a Close waiting for the transaction operations
+	// under way (txnBusyLocked), is closed when none is any more.
+	txnIdle chan struct{}
 }
 
 // New creates a producer. An idempotent producer asks for its producer ID
@@ -457,6 +460,17 @@ type flushWaiter struct {
 // and fails what is left with errors.ErrClosed (and errors.ErrUnknownOutcome
 // for records that may have been written). Every callback has run when it
 // returns.
+//
+// A transactional producer first waits for the InitTransactions,
+// CommitTransaction or AbortTransaction under way, then aborts the
+// transaction left open (as Java's close does), both bounded by ctx and the
+// DeliveryTimeout; SendOffsetsToTransaction calls return ErrClosed at
+// once. An operation still under way then ends as CommitTransaction
+// describes, and Close returns why an open transaction was not aborted
+// (with it, its records are aborted when the coordinator's transaction
+// timeout passes, or when the next producer with the transactional ID
+// initializes). Close with ctx already ended waits for nothing and aborts
+// nothing: the transaction is left as a crash would leave it.
 func (p *Producer) Close(ctx context.Context) error {
 	ferr := p.Flush(ctx)
 	p.mu.Lock()
@@ -472,6 +486,10 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	close(p.spaceWake) // blocked Produce calls return ErrClosed
 	p.spaceWake = make(chan struct{})
+	var terr error
+	if p.txn != nil {
+		terr = p.closeTxnLocked(ctx)
+	}
 	p.mu.Unlock()
 	p.cancel()
 	p.sub.Close()
@@ -534,7 +552,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		p.meta.Close()
 	}
 	p.cl.Close()
-	return ferr
+	return errors.Join(ferr, terr)
 }
 
 // hasLeader reports whether metadata names a leader for the partition.

@@ -19,7 +19,7 @@ import (
 // epoch from the transaction coordinator, fencing any earlier producer with
 // the same transactional ID. Call it once, before the first Begin.
 func (p *Producer) InitTransactions(ctx context.Context) error {
-	return p.txnOp(ctx, "init", func() (TxnStep, error) { return p.txn.InitTransactions() })
+	return p.txnOp(ctx, "init", func() (TxnStep, error) { return p.txn.InitTransactions() }, false)
 }
 
 // BeginTransaction opens a transaction: records produced until Commit or
@@ -63,11 +63,18 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 	// the flush below from ever ending, and whether they were in the
 	// transaction would depend on timing.
 	p.mu.Lock()
+	if p.closed {
+		err := p.closedTxnErrLocked("commit")
+		p.mu.Unlock()
+		return err
+	}
+	// Under way from now on: a Close waits for it (bounded).
 	p.committing++
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
 		p.committing--
+		p.txnOpEndedLocked()
 		p.mu.Unlock()
 	}()
 	p.mu.Lock()
@@ -81,7 +88,8 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 			return err
 		}
 	}
-	return p.txnOp(ctx, "commit", func() (TxnStep, error) { return p.txn.Commit() })
+	// Admitted before Close began: it runs to its end while Close waits.
+	return p.txnOp(ctx, "commit", func() (TxnStep, error) { return p.txn.Commit() }, true)
 }
 
 // AbortTransaction fails the transaction's records that are not sent yet
@@ -92,23 +100,103 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
-	return p.txnOp(ctx, "abort", func() (TxnStep, error) {
-		step, err := p.txn.Abort()
-		if err == nil {
-			for _, ps := range p.parts {
-				ps.failAll(p, ErrTransactionAborted)
-			}
+	return p.txnOp(ctx, "abort", p.abortOp, false)
+}
+
+// abortOp starts an abort (p.mu held): the records still buffered for the
+// transaction fail with ErrTransactionAborted.
+func (p *Producer) abortOp() (TxnStep, error) {
+	step, err := p.txn.Abort()
+	if err == nil {
+		for _, ps := range p.parts {
+			ps.failAll(p, ErrTransactionAborted)
 		}
-		return step, err
-	})
+	}
+	return step, err
+}
+
+// closeTxnLocked is Close's part for a transactional producer, as Java's
+// close does it: it waits for the InitTransactions, CommitTransaction or
+// AbortTransaction under way, then aborts the transaction left open, both
+// bounded by ctx and the DeliveryTimeout. With ctx already ended it waits
+// for nothing and aborts nothing, as a crash would (the coordinator aborts
+// the transaction when it times out, or InitTransactions of the next
+// producer with the transactional ID does). It returns why a transaction
+// left open was not aborted. p.mu is held, and released while it waits.
+func (p *Producer) closeTxnLocked(ctx context.Context) error {
+	open := func() bool {
+		st := p.txn.State()
+		return st == TxnInTransaction || st == TxnAbortableError
+	}
+	if err := ctx.Err(); err != nil {
+		if open() {
+			return fmt.Errorf("producer: the open transaction was not aborted: %w", err)
+		}
+		return nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, p.cfg.deliveryTO)
+	defer cancel()
+	for p.txnBusyLocked() && bctx.Err() == nil {
+		if p.txnIdle == nil {
+			p.txnIdle = make(chan struct{})
+		}
+		idle := p.txnIdle
+		p.mu.Unlock()
+		select {
+		case <-idle:
+		case <-bctx.Done():
+		}
+		p.mu.Lock()
+	}
+	if p.txnBusyLocked() || !open() {
+		// Still under way: its caller is told how it was stopped.
+		return nil
+	}
+	if p.txnLeftKind == "abort" {
+		p.txnLeft = nil // an earlier abort's outcome: this one is new
+	}
+	p.mu.Unlock()
+	err := p.txnOp(bctx, "abort", p.abortOp, true)
+	p.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("producer: aborting the open transaction: %w", err)
+	}
+	return nil
+}
+
+// txnBusyLocked reports whether a transaction operation is under way: an
+// InitTransactions, CommitTransaction (its flush included) or
+// AbortTransaction, or one whose caller's context ended.
+func (p *Producer) txnBusyLocked() bool { return p.txnDone != nil || p.committing > 0 }
+
+// txnOpEndedLocked wakes a Close waiting for the operations under way once
+// none is.
+func (p *Producer) txnOpEndedLocked() {
+	if p.txnIdle != nil && !p.txnBusyLocked() {
+		close(p.txnIdle)
+		p.txnIdle = nil
+	}
+}
+
+// closedTxnErrLocked is the error of a transaction operation of kind
+// refused because the producer closed: a commit of an open transaction
+// did not commit (ErrAbortRequired and ErrClosed), anything else is
+// ErrClosed.
+func (p *Producer) closedTxnErrLocked(kind string) error {
+	if kind == "commit" && p.txn.State() == TxnInTransaction {
+		return fmt.Errorf("producer: %w: %w", ErrAbortRequired, errors.ErrClosed)
+	}
+	return errors.ErrClosed
 }
 
 // txnOp runs a TxnState operation (kind names it: "init", "commit",
 // "abort") and waits for its Done step. When ctx ends first, the operation
 // goes on, and the next call of the same kind waits for its outcome
 // instead of starting another (a commit that timed out for its caller may
-// still commit; the retry says whether it did).
-func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, error)) error {
+// still commit; the retry says whether it did). After Close began it is
+// refused unless closedOK (a commit admitted before, Close's own abort);
+// once the txn loop stopped, always.
+func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, error), closedOK bool) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
@@ -132,14 +220,12 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		// wait for (or take) its outcome, which Close supplies if the
 		// coordinator's does not come.
 		done, p.txnLeft = p.txnLeft, nil
-	case p.closed:
-		open := p.txn.State() == TxnInTransaction
+	case (p.closed && !closedOK) || p.ctx.Err() != nil:
+		// Closed before its EndTxn could be sent: a commit did not
+		// commit.
+		err := p.closedTxnErrLocked(kind)
 		p.mu.Unlock()
-		if kind == "commit" && open {
-			// Closed before its EndTxn could be sent: not committed.
-			return fmt.Errorf("producer: %w: %w", ErrAbortRequired, errors.ErrClosed)
-		}
-		return errors.ErrClosed
+		return err
 	default:
 		if p.txnDone != nil {
 			p.mu.Unlock()
@@ -151,6 +237,7 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		if err != nil {
 			// Refused: a left operation's outcome stays for its retry.
 			p.txnDone = nil
+			p.txnOpEndedLocked()
 			p.mu.Unlock()
 			return err
 		}
@@ -192,6 +279,7 @@ func (p *Producer) txnStepLocked(step TxnStep) {
 	if step.Done && p.txnDone != nil {
 		p.txnDone <- step.Err
 		p.txnDone = nil
+		p.txnOpEndedLocked()
 	}
 	p.wakeSinksLocked()
 }
@@ -236,6 +324,7 @@ func (p *Producer) txnLoop() {
 			} else if p.txnDone != nil {
 				p.txnDone <- err
 				p.txnDone = nil
+				p.txnOpEndedLocked()
 			}
 			resend := retry && p.txnSend != nil
 			p.mu.Unlock()

@@ -5,6 +5,7 @@ package producer_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,5 +156,157 @@ func TestTxnSendOffsetsInterruptedByClose(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("SendOffsetsToTransaction still blocked 5s after Close returned")
+	}
+}
+
+// Close aborts the transaction left open, as Java's close does: its
+// records are aborted at once, not left to the coordinator's transaction
+// timeout (holding back every read_committed consumer of the partition
+// meanwhile) or to the next producer with the transactional ID.
+func TestTxnCloseAbortsOpenTransaction(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close-abort")
+	ctx := testCtx(t, 10*time.Second)
+	commitTxn(t, ctx, p, prec(0, "a"))
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "open")))
+	ends := observe(c, kmsg.EndTxn)
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if ends.Hits() != 1 {
+		t.Fatalf("EndTxn sent %d times by Close; want the abort", ends.Hits())
+	}
+	if lso, hw := endOffset(t, c, 0, true), endOffset(t, c, 0, false); lso != hw {
+		t.Fatalf("last stable offset %d, high watermark %d: the transaction is still open", lso, hw)
+	}
+	wantCommitted(t, c, "a")
+}
+
+// Close with its context already ended waits for nothing and aborts
+// nothing: it returns at once, saying the transaction was left open, as a
+// crash leaves it (for the next producer with the transactional ID to
+// abort).
+func TestTxnCloseWithEndedContextLeavesTransaction(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close-ended")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "open")))
+	ends := observe(c, kmsg.EndTxn)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(ended) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Close with an ended context and a transaction open: %v; want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close with an ended context still blocked after 5s")
+	}
+	if ends.Hits() != 0 {
+		t.Fatalf("EndTxn sent %d times by a Close whose context had ended", ends.Hits())
+	}
+	if lso, hw := endOffset(t, c, 0, true), endOffset(t, c, 0, false); lso == hw {
+		t.Fatalf("last stable offset %d = high watermark: the transaction was ended", lso)
+	}
+}
+
+// holdEndTxn holds every EndTxn request at the broker until release is
+// called; seen is signalled when the first arrives.
+func holdEndTxn(c *kfake.Cluster) (release func(), seen <-chan struct{}) {
+	hold := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		default:
+			c.SleepControl(func() { <-hold })
+		}
+		return nil, nil, false
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(hold) }) }, arrived
+}
+
+// Close waits for a CommitTransaction under way (as Java's close lets the
+// transaction manager's requests complete): the commit's EndTxn, held at
+// the coordinator while Close begins, is answered, and the commit reports
+// that it committed. Close stopped it at once: ErrClosed with
+// ErrUnknownOutcome, for a transaction that committed.
+func TestTxnCloseWaitsForCommit(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close-wait")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	release, seen := holdEndTxn(c)
+	defer release()
+	committed := make(chan error, 1)
+	go func() { committed <- p.CommitTransaction(context.Background()) }()
+	select {
+	case <-seen:
+	case <-ctx.Done():
+		t.Fatal("no EndTxn")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(ctx) }()
+	// Close began once Produce says the producer is closed.
+	eventually(t, 5*time.Second, "Close begun", func() bool {
+		return errors.Is(p.Produce(ctx, prec(0, "late"), nil), errors.ErrClosed)
+	})
+	release()
+	if err := <-committed; err != nil {
+		t.Fatalf("CommitTransaction whose EndTxn was answered while Close waited: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wantCommitted(t, c, "a")
+}
+
+// Close's wait for an operation under way is bounded by the DeliveryTimeout
+// too, not only by its context: with context.Background and a coordinator
+// that never answers the commit's EndTxn, Close returns, and the commit
+// ends with ErrClosed and ErrUnknownOutcome.
+func TestTxnCloseWaitBoundedByDeliveryTimeout(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close-bound", producer.RequestTimeout(300*time.Millisecond), producer.DeliveryTimeout(time.Second))
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	release, seen := holdEndTxn(c)
+	defer release()
+	committed := make(chan error, 1)
+	go func() { committed <- p.CommitTransaction(context.Background()) }()
+	select {
+	case <-seen:
+	case <-ctx.Done():
+		t.Fatal("no EndTxn")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close with context.Background still waiting for an unanswered commit 5s later (DeliveryTimeout 1s)")
+	}
+	if err := <-committed; !errors.Is(err, errors.ErrClosed) || !errors.Is(err, errors.ErrUnknownOutcome) {
+		t.Fatalf("CommitTransaction stopped by Close while its EndTxn was unanswered: %v; want ErrClosed and ErrUnknownOutcome", err)
 	}
 }

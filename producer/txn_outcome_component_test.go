@@ -43,9 +43,9 @@ func TestTxnCommitRefusedAfterBufferedRecordExpired(t *testing.T) {
 }
 
 // Close while CommitTransaction waits for its EndTxn answer ends the
-// commit (with no deadline of its own it would wait forever): with
-// ErrClosed and ErrUnknownOutcome, since the coordinator may have
-// committed.
+// commit once Close's context ends (with no deadline of its own it would
+// wait forever): with ErrClosed and ErrUnknownOutcome, since the
+// coordinator may have committed.
 func TestTxnCloseDuringCommitEndsIt(t *testing.T) {
 	c := newCluster(t, 1)
 	p, _ := newTxnProducer(t, c, "txn-close")
