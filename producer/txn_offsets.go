@@ -36,7 +36,9 @@ type OffsetAndEpoch struct {
 // it aborts. Each offset carries its leader epoch. An error leaves the
 // transaction abortable (errors matching ErrAbortRequired) or the producer
 // fatal (fenced); TxnState.HandleOffsets lists which answer does what.
-// After Close, or interrupted by it, it returns errors.ErrClosed.
+// After Close, or interrupted by it, it returns errors.ErrClosed. While
+// CommitTransaction runs it is refused with an error matching ErrTxnState,
+// as Produce is (and as Java refuses it once a commit began).
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
@@ -50,6 +52,12 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		// failure would be reported as the transaction's (abortable).
 		p.mu.Unlock()
 		return errOffsetsClosed
+	}
+	if p.committing > 0 {
+		// As Produce: the commit under way flushed the transaction it
+		// reports; offsets staged meanwhile would join it by timing.
+		p.mu.Unlock()
+		return fmt.Errorf("producer: committing offsets: %w: CommitTransaction is under way", ErrTxnState)
 	}
 	if st := p.txn.State(); st != TxnInTransaction {
 		err := p.txn.stateErr() // ErrAbortRequired, ErrProducerFatal or ErrTxnState

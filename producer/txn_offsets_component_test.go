@@ -204,3 +204,34 @@ func TestTxnSendOffsetsAfterClose(t *testing.T) {
 		t.Fatalf("SendOffsetsToTransaction after Close: %v; want ErrClosed", err)
 	}
 }
+
+// SendOffsetsToTransaction while CommitTransaction runs is refused with
+// ErrTxnState, as Produce is (and as Java refuses sendOffsetsToTransaction
+// once a commit began). It went on, and whether its offsets joined the
+// transaction the commit reported depended on timing: here they did,
+// staged while the commit waited for a record held on the wire.
+func TestTxnSendOffsetsRefusedDuringCommit(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "offsets-during-commit")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	release, held := holdProduceSeen(c, 0)
+	defer release()
+	sendAsync(t, ctx, p, prec(0, "a"))
+	onWire(t, held)
+	committed := make(chan error, 1)
+	go func() { committed <- p.CommitTransaction(ctx) }()
+	eventually(t, 5*time.Second, "Produce refused: the commit began", func() bool {
+		return errors.Is(p.Produce(ctx, prec(0, "probe"), nil), producer.ErrTxnState)
+	})
+	err := p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1}, txnOffsets(map[int32]int64{0: 7}))
+	release()
+	if !errors.Is(err, producer.ErrTxnState) {
+		t.Fatalf("SendOffsetsToTransaction while CommitTransaction ran: %v; want ErrTxnState", err)
+	}
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+}
