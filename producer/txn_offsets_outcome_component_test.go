@@ -260,3 +260,41 @@ func TestTxnOffsetCommitLostAnswerFencesLateCopy(t *testing.T) {
 		})
 	}
 }
+
+// Offsets answers that no later transaction can fare better with are fatal,
+// as in Java's TransactionManager: UNSUPPORTED_FOR_MESSAGE_FORMAT to
+// TxnOffsetCommit (the group's offsets topic cannot hold transactional
+// offsets). Taken as abortable, every transaction aborted on it in turn.
+func TestTxnOffsetsFatalAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		key  kmsg.Key
+		code *kerr.Error
+	}{
+		{kmsg.TxnOffsetCommit, kerr.UnsupportedForMessageFormat},
+	} {
+		t.Run(kmsg.NameForKey(int16(tc.key))+" "+tc.code.Message, func(t *testing.T) {
+			c := newCluster(t, 1)
+			id := "offsets-fatal"
+			p, _ := newTxnProducer(t, c, id)
+			ctx := testCtx(t, 10*time.Second)
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+			f := kfake.Fault{Keys: []kmsg.Key{tc.key}, Err: tc.code}
+			if tc.key == kmsg.AddOffsetsToTxn {
+				f.TxnID = id
+			} else {
+				f.Group = "g"
+			}
+			c.Fault(f)
+			err := p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1}, txnOffsets(map[int32]int64{0: 5}))
+			if !errors.Is(err, producer.ErrProducerFatal) || !errors.Is(err, tc.code) {
+				t.Fatalf("SendOffsetsToTransaction answered %s: %v; want ErrProducerFatal wrapping it", tc.code.Message, err)
+			}
+			if err := p.BeginTransaction(); !errors.Is(err, producer.ErrProducerFatal) {
+				t.Fatalf("BeginTransaction after it: %v; want ErrProducerFatal", err)
+			}
+		})
+	}
+}

@@ -361,7 +361,8 @@ const (
 
 // offsetsCode is the verdict on one AddOffsetsToTxn or TxnOffsetCommit
 // error code (Java's TransactionManager, except that a code it does not
-// expect is abortable rather than fatal: aborting is always safe), and
+// expect is abortable rather than fatal: aborting is always safe; a code
+// no later transaction can fare better with is fatal, as in Java), and
 // whether an answer with it may have been applied all the same.
 func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 	switch code {
@@ -376,7 +377,8 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 		return offsetsAbortableBump, false
 	case kerr.InvalidProducerIDMapping.Code:
 		return offsetsAbortableRemap, false
-	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code:
+	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code,
+		kerr.UnsupportedForMessageFormat.Code: // the offsets topic cannot hold transactional offsets
 		return offsetsFatal, false
 	}
 	return offsetsAbortable, false
@@ -398,7 +400,10 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 //	INVALID_PRODUCER_ID_MAPPING             abortable, bump, skip EndTxn
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, TRANSACTIONAL_ID_AUTHORIZA-
-//	  TION_FAILED
+//	  TION_FAILED, UNSUPPORTED_FOR_MESSAGE_
+//	  FORMAT (no transaction can commit
+//	  offsets there: abortable, each one
+//	  aborted on it in turn)
 //	anything else (GROUP_AUTHORIZATION_     abortable
 //	  FAILED, TRANSACTION_ABORTABLE, KIP-447
 //	  fencing of the group member: UNKNOWN_

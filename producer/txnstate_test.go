@@ -811,6 +811,7 @@ func TestOffsetsCode(t *testing.T) {
 		{kerr.ProducerFenced, offsetsFatal, false},
 		{kerr.InvalidProducerEpoch, offsetsFatal, false},
 		{kerr.TransactionalIDAuthorizationFailed, offsetsFatal, false},
+		{kerr.UnsupportedForMessageFormat, offsetsFatal, false},
 		{kerr.GroupAuthorizationFailed, offsetsAbortable, false},
 		{kerr.TransactionAbortable, offsetsAbortable, false},
 		{kerr.UnknownMemberID, offsetsAbortable, false},
