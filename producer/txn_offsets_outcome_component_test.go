@@ -264,13 +264,18 @@ func TestTxnOffsetCommitLostAnswerFencesLateCopy(t *testing.T) {
 // Offsets answers that no later transaction can fare better with are fatal,
 // as in Java's TransactionManager: UNSUPPORTED_FOR_MESSAGE_FORMAT to
 // TxnOffsetCommit (the group's offsets topic cannot hold transactional
-// offsets). Taken as abortable, every transaction aborted on it in turn.
+// offsets; taken as abortable, every transaction aborted on it in turn),
+// and INVALID_TXN_STATE (the coordinator's transaction is not the one the
+// producer runs: fatal on AddPartitionsToTxn and EndTxn too; taken as
+// abortable, the abort went on as if the producer's view held).
 func TestTxnOffsetsFatalAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		key  kmsg.Key
 		code *kerr.Error
 	}{
 		{kmsg.TxnOffsetCommit, kerr.UnsupportedForMessageFormat},
+		{kmsg.AddOffsetsToTxn, kerr.InvalidTxnState},
+		{kmsg.TxnOffsetCommit, kerr.InvalidTxnState},
 	} {
 		t.Run(kmsg.NameForKey(int16(tc.key))+" "+tc.code.Message, func(t *testing.T) {
 			c := newCluster(t, 1)

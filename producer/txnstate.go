@@ -378,7 +378,8 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 	case kerr.InvalidProducerIDMapping.Code:
 		return offsetsAbortableRemap, false
 	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code,
-		kerr.UnsupportedForMessageFormat.Code: // the offsets topic cannot hold transactional offsets
+		kerr.UnsupportedForMessageFormat.Code, // the offsets topic cannot hold transactional offsets
+		kerr.InvalidTxnState.Code:             // the coordinator's transaction is not the producer's (fatal on AddPartitionsToTxn too)
 		return offsetsFatal, false
 	}
 	return offsetsAbortable, false
@@ -403,7 +404,10 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 //	  TION_FAILED, UNSUPPORTED_FOR_MESSAGE_
 //	  FORMAT (no transaction can commit
 //	  offsets there: abortable, each one
-//	  aborted on it in turn)
+//	  aborted on it in turn), INVALID_TXN_
+//	  STATE (the coordinator's transaction
+//	  is not the producer's, as on Add-
+//	  PartitionsToTxn and EndTxn)
 //	anything else (GROUP_AUTHORIZATION_     abortable
 //	  FAILED, TRANSACTION_ABORTABLE, KIP-447
 //	  fencing of the group member: UNKNOWN_

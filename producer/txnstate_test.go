@@ -812,6 +812,7 @@ func TestOffsetsCode(t *testing.T) {
 		{kerr.InvalidProducerEpoch, offsetsFatal, false},
 		{kerr.TransactionalIDAuthorizationFailed, offsetsFatal, false},
 		{kerr.UnsupportedForMessageFormat, offsetsFatal, false},
+		{kerr.InvalidTxnState, offsetsFatal, false},
 		{kerr.GroupAuthorizationFailed, offsetsAbortable, false},
 		{kerr.TransactionAbortable, offsetsAbortable, false},
 		{kerr.UnknownMemberID, offsetsAbortable, false},
