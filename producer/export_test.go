@@ -37,3 +37,11 @@ func TxnResendWaiting(p *Producer) bool {
 	defer p.mu.Unlock()
 	return p.txnSend != nil
 }
+
+// TxnMayHaveStarted reports whether p's TxnState holds that the coordinator
+// may know the open transaction (its abort then sends EndTxn).
+func TxnMayHaveStarted(p *Producer) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txn.mayHaveStarted()
+}

@@ -150,6 +150,9 @@ type Producer struct {
 	// offsetsLost counts AddOffsetsToTxn and TxnOffsetCommit requests
 	// written whose answer never came (the same hook's count).
 	offsetsLost atomic.Uint64
+	// addLost counts AddPartitionsToTxn requests written whose answer
+	// never came (the same hook's count).
+	addLost atomic.Uint64
 	// offsetsBusy: SendOffsetsToTransaction calls under way; Commit and
 	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
 	offsetsBusy int

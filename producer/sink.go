@@ -107,10 +107,10 @@ func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _
 	}
 }
 
-// OnBrokerE2E counts EndTxn, AddOffsetsToTxn and TxnOffsetCommit requests
-// written but not answered (a connection lost after the write): kgo resends
-// them itself, so their senders would not otherwise know that an earlier
-// attempt may have been applied.
+// OnBrokerE2E counts EndTxn, AddPartitionsToTxn, AddOffsetsToTxn and
+// TxnOffsetCommit requests written but not answered (a connection lost
+// after the write): kgo resends them itself, so their senders would not
+// otherwise know that an earlier attempt may have been applied.
 func (h writeHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
 	if e2e.WriteErr != nil || e2e.ReadErr == nil {
 		return
@@ -120,6 +120,8 @@ func (h writeHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2
 		h.p.endTxnLost.Add(1)
 	case kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit:
 		h.p.offsetsLost.Add(1)
+	case kmsg.AddPartitionsToTxn:
+		h.p.addLost.Add(1)
 	}
 }
 

@@ -424,10 +424,16 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
 		}
+		lost := p.addLost.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
 		var results []AddPartitionResult
 		d := Answered
-		if code, ok := lookupRefusal(err); ok {
+		if code, ok := lookupRefusal(err); ok && p.addLost.Load() != lost {
+			// The transport wrote an attempt whose answer was lost
+			// before its resend met the refused lookup: that attempt
+			// may have started the transaction.
+			d = NoResponse
+		} else if ok {
 			for _, tp := range r.Partitions {
 				results = append(results, AddPartitionResult{TP: tp, Code: code})
 			}

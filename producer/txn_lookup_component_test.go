@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
 )
 
@@ -89,4 +91,68 @@ func TestTxnRefusedLookupIsNotALostAnswer(t *testing.T) {
 			wantCommitted(t, c, "a")
 		})
 	}
+}
+
+// An AddPartitionsToTxn written on a connection lost before its answer
+// (the transport sends it again by itself) may have been applied: the
+// coordinator may have started the transaction. When the transport's
+// retry then meets a refused lookup, the request as a whole is not
+// refused unsent: the abort must still send EndTxn. Judged as the lookup's
+// answer alone, the abort ended the transaction locally, leaving one the
+// coordinator may hold open until its timeout (which then fences the
+// producer).
+func TestTxnRefusedLookupAfterLostAddPartitions(t *testing.T) {
+	c := newCluster(t, 1)
+	id := "txn-lookup-lost-add"
+	p, _ := newTxnProducer(t, c, id, producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(700*time.Millisecond),
+		producer.TransportOpts(kgo.RequestRetries(2), kgo.RetryBackoffFn(func(int) time.Duration { return time.Millisecond })))
+	ctx := testCtx(t, 10*time.Second)
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.AddPartitionsToTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch n.Add(1) {
+		case 1: // written, its answer lost with the connection
+			return nil, errors.New("connection lost before the answer"), true
+		case 2: // the transport's resend: the coordinator moved
+			resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+			for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
+				st := kmsg.NewAddPartitionsToTxnResponseTopic()
+				st.Topic = rt.Topic
+				for _, part := range rt.Partitions {
+					sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = part, kerr.NotCoordinator.Code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	lookup := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.FindCoordinator}, TxnID: id, Err: kerr.CoordinatorNotAvailable, Count: -1})
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// The record cannot join the transaction while the lookup is
+	// refused: it expires, and the transaction must abort.
+	r := sendAsync(t, ctx, p, prec(0, "a")).wait(5 * time.Second)[0]
+	if r.Err == nil {
+		t.Fatal("record acknowledged although its partition never joined the transaction")
+	}
+	if n.Load() < 2 || lookup.Hits() == 0 {
+		t.Fatalf("AddPartitionsToTxn seen %d times, lookups refused %d", n.Load(), lookup.Hits())
+	}
+	if !producer.TxnMayHaveStarted(p) {
+		t.Fatal("an AddPartitionsToTxn whose answer was lost is taken for one that cannot have started the transaction: the abort would send no EndTxn")
+	}
+	lookup.Remove()
+	ends := observe(c, kmsg.EndTxn)
+	if err := p.AbortTransaction(ctx); err != nil {
+		t.Fatalf("AbortTransaction: %v", err)
+	}
+	if ends.Hits() == 0 {
+		t.Fatal("the abort sent no EndTxn")
+	}
+	commitTxn(t, ctx, p, prec(0, "b"))
+	wantCommitted(t, c, "b")
 }
