@@ -131,7 +131,7 @@ func TestCloseWithDeadlineWhileHeld(t *testing.T) {
 	if err := p.Produce(ctx, prec(0, "f"), nil); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("Produce after Close: %v", err)
 	}
-	if err := p.Flush(ctx); err != nil {
+	if err := p.Flush(ctx); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("Flush after Close: %v", err)
 	}
 	if err := p.Close(ctx); err != nil {

@@ -238,6 +238,11 @@ func (p *Producer) metadataLoop() {
 	for {
 		evs, err := p.sub.Next(p.ctx)
 		if err != nil {
+			if p.ctx.Err() == nil {
+				// The refresher ended under the producer: one shared
+				// with WithMetadata, closed first.
+				go p.refresherClosed(err)
+			}
 			return
 		}
 		p.mu.Lock()

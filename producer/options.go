@@ -140,7 +140,11 @@ func TransportOpts(opts ...kgo.Opt) Opt {
 // WithMetadata shares a metadata refresher with other producers and
 // consumers. It must be built on a client with the same seed brokers; the
 // producer still creates its own transport (kgo rewrites the acks of raw
-// Produce requests to its client's setting). It is not closed by Close.
+// Produce requests to its client's setting). It is not closed by Close;
+// close it after its producers: closed while a producer runs, it stops the
+// producer (the records it holds fail, and its calls return, with an error
+// matching errors.ErrClosed that says so), which could not otherwise follow
+// a leader change.
 func WithMetadata(r *metadata.Refresher) Opt { return optFunc(func(c *cfg) { c.meta = r }) }
 
 // RequiredAcks sets the acknowledgement level (default AcksAll).

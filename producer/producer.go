@@ -97,8 +97,13 @@ type Producer struct {
 	closing    context.Context
 	closeBegin context.CancelFunc
 
-	mu           sync.Mutex
-	closed       bool
+	mu     sync.Mutex
+	closed bool
+	// closeErr is what calls return once closed: errors.ErrClosed, or
+	// an error matching it that says the shared refresher was closed
+	// under the producer (refresherClosed).
+	closeErr     error
+	clientOnce   sync.Once
 	fatal        error
 	seq          *Sequencer // nil when not idempotent
 	ledger       *AckLedger
@@ -312,8 +317,9 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	p.mu.Lock()
 	for {
 		if p.closed {
+			err := p.closeErr
 			p.mu.Unlock()
-			return errors.ErrClosed
+			return err
 		}
 		if p.fatal != nil {
 			err := p.fatal
@@ -425,12 +431,15 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, er
 
 // Flush sends everything buffered without waiting for linger and waits
 // until every record produced before it has had its callback run, or ctx
-// ends.
+// ends. Once the producer is closed (or stopped by the closing of a
+// refresher shared with WithMetadata) it returns an error matching
+// errors.ErrClosed, as soon as the records it waits for are reported.
 func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	if p.undelivered == 0 {
+		err := p.closedErrLocked()
 		p.mu.Unlock()
-		return nil
+		return err
 	}
 	w := &flushWaiter{limit: p.batchNo, remaining: p.undelivered, done: make(chan struct{})}
 	p.flushers = append(p.flushers, w)
@@ -446,8 +455,20 @@ func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	p.flushing--
 	p.flushers = slices.DeleteFunc(p.flushers, func(x *flushWaiter) bool { return x == w })
+	if err == nil {
+		err = p.closedErrLocked()
+	}
 	p.mu.Unlock()
 	return err
+}
+
+// closedErrLocked is nil while the producer runs, and the error its calls
+// return once it is closed.
+func (p *Producer) closedErrLocked() error {
+	if !p.closed {
+		return nil
+	}
+	return p.closeErr
 }
 
 // flushWaiter is one Flush call: it waits for the batches that existed
@@ -476,20 +497,56 @@ type flushWaiter struct {
 // nothing: the transaction is left as a crash would leave it.
 func (p *Producer) Close(ctx context.Context) error {
 	ferr := p.Flush(ctx)
+	if errors.Is(ferr, errors.ErrClosed) {
+		ferr = nil // stopped already (a shared refresher closed): nothing was left to flush
+	}
+	first, terr := p.stop(ctx, errors.ErrClosed)
+	p.clientOnce.Do(func() {
+		if p.ownMeta {
+			p.meta.Close()
+		}
+		p.cl.Close()
+	})
+	if !first {
+		return nil
+	}
+	return errors.Join(ferr, terr)
+}
+
+// refresherClosed stops the producer when the refresher shared with
+// WithMetadata is closed under it: without metadata a partition whose
+// leader moves would hold its records until their delivery timeout, and
+// Produce would take records for it. Run on a goroutine of its own (stop
+// waits for the producer's goroutines, the metadata loop that calls it
+// among them). An open transaction is left as a crash leaves it.
+func (p *Producer) refresherClosed(err error) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.stop(ended, fmt.Errorf("producer: its metadata refresher was closed while the producer runs (close a shared refresher after its producers): %w", err))
+}
+
+// stop stops every goroutine of the producer and fails what is left with
+// err (matching errors.ErrClosed; with errors.ErrUnknownOutcome for records
+// that may have been written), which calls return from then on. A
+// transactional producer first waits for the operation under way and aborts
+// the transaction left open, bounded by ctx (closeTxnLocked); terr says why
+// an open transaction was not aborted. It reports whether this call stopped
+// the producer; either way every callback has run when it returns.
+func (p *Producer) stop(ctx context.Context, err error) (first bool, terr error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		<-p.cbDone
-		return nil
+		return false, nil
 	}
 	p.closed = true
+	p.closeErr = err
 	p.closeBegin()
 	for _, unwatch := range p.watching {
 		unwatch()
 	}
-	close(p.spaceWake) // blocked Produce calls return ErrClosed
+	close(p.spaceWake) // blocked Produce calls return the close error
 	p.spaceWake = make(chan struct{})
-	var terr error
 	if p.txn != nil {
 		terr = p.closeTxnLocked(ctx)
 	}
@@ -498,6 +555,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.sub.Close()
 	p.wg.Wait()
 	p.mu.Lock()
+	unknown := errors.Join(err, errors.ErrUnknownOutcome)
 	if p.txn != nil {
 		// The txn loop stopped: the waiting InitTransactions, Commit or
 		// Abort gets no other answer. The TxnState says what is known
@@ -509,19 +567,19 @@ func (p *Producer) Close(ctx context.Context) error {
 		step := p.txn.Stop(p.txnSend != nil)
 		p.txnSend = nil
 		if p.txnDone != nil {
-			err := errors.ErrClosed
+			derr := err
 			if step.Done {
-				err = step.Err
+				derr = step.Err
 			}
-			p.txnDone <- err
+			p.txnDone <- derr
 			p.txnDone = nil
 		}
 	}
 	for _, ps := range p.parts {
-		ps.failAll(p, errors.ErrClosed)
+		ps.failAll(p, err)
 		if b := ps.inflight; b != nil {
 			ps.inflight = nil
-			p.finishLocked(b, errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome), -1, nil)
+			p.finishLocked(b, unknown, -1, nil)
 		}
 	}
 	if p.seq != nil {
@@ -537,25 +595,21 @@ func (p *Producer) Close(ctx context.Context) error {
 			if b == nil {
 				continue
 			}
-			err := errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)
-			for _, o := range p.seq.Abandon(ref, errors.ErrClosed).Outcomes {
+			berr := unknown
+			for _, o := range p.seq.Abandon(ref, err).Outcomes {
 				if f, ok := o.(Failed); ok && f.Batch == ref && !f.MaybeWritten {
-					err = errors.ErrClosed
+					berr = err
 				}
 			}
 			delete(p.batches, ref)
-			p.finishLocked(b, err, -1, nil)
+			p.finishLocked(b, berr, -1, nil)
 		}
 	}
 	p.cbStop = true
 	p.queueFnLocked(func() {})
 	p.mu.Unlock()
 	<-p.cbDone
-	if p.ownMeta {
-		p.meta.Close()
-	}
-	p.cl.Close()
-	return errors.Join(ferr, terr)
+	return true, terr
 }
 
 // hasLeader reports whether metadata names a leader for the partition.
@@ -591,7 +645,9 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 			switch {
 			case ctx.Err() != nil:
 			case p.ctx.Err() != nil:
-				err = errors.ErrClosed
+				p.mu.Lock()
+				err = p.closeErr
+				p.mu.Unlock()
 			case context.Cause(wctx) == errMetadataWait:
 				err = p.metadataTimeout(name)
 			}

@@ -31,7 +31,7 @@ func (p *Producer) BeginTransaction() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return errors.ErrClosed
+		return p.closedErrLocked()
 	}
 	if err := p.txn.Begin(); err != nil {
 		return err
@@ -184,9 +184,9 @@ func (p *Producer) txnOpEndedLocked() {
 // ErrClosed.
 func (p *Producer) closedTxnErrLocked(kind string) error {
 	if kind == "commit" && p.txn.State() == TxnInTransaction {
-		return fmt.Errorf("producer: %w: %w", ErrAbortRequired, errors.ErrClosed)
+		return fmt.Errorf("producer: %w: %w", ErrAbortRequired, p.closedErrLocked())
 	}
-	return errors.ErrClosed
+	return p.closedErrLocked()
 }
 
 // txnOp runs a TxnState operation (kind names it: "init", "commit",

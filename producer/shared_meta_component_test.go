@@ -1,0 +1,121 @@
+package producer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/metadata"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// A refresher shared with WithMetadata and closed under a running producer
+// stops the producer: the records it holds fail with an error matching
+// ErrClosed (one waiting for a leader change it can no longer learn of
+// would otherwise wait for its delivery timeout), and Produce, ProduceSync
+// and Flush return such an error at once.
+func TestSharedRefresherClosedUnderProducer(t *testing.T) {
+	c := newCluster(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p := newProducer(t, c, producer.WithMetadata(r), producer.RequestTimeout(time.Second), producer.DeliveryTimeout(time.Minute))
+	ctx := testCtx(t, 30*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+
+	// From now on every Produce is refused as sent to a follower: the
+	// record waits for metadata to name another leader.
+	refused := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case refused <- struct{}{}:
+		default:
+		}
+		return answerProduce(kr.(*kmsg.ProduceRequest), kerr.NotLeaderForPartition.Code, -1), nil, true
+	})
+	done := make(chan error, 1)
+	var res []producer.Result
+	go func() {
+		var err error
+		res, err = p.ProduceSync(ctx, prec(0, "b"))
+		done <- err
+	}()
+	<-refused
+	r.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errors.ErrClosed) {
+			t.Fatalf("ProduceSync under a closed refresher: %v; want ErrClosed", err)
+		}
+		if !errors.Is(res[0].Err, errors.ErrUnknownOutcome) {
+			t.Fatalf("record refused as NOT_LEADER_OR_FOLLOWER reported %v; want ErrUnknownOutcome too", res[0].Err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ProduceSync still waiting 5s after its refresher was closed")
+	}
+
+	fast := testCtx(t, 5*time.Second)
+	if err := p.Produce(fast, prec(0, "c"), nil); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Produce to a known topic: %v; want ErrClosed", err)
+	}
+	if err := p.Produce(fast, &producer.Record{Topic: "unknown", Value: []byte("d")}, nil); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Produce to an unknown topic: %v; want ErrClosed", err)
+	}
+	if _, err := p.ProduceSync(fast, prec(0, "e")); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("ProduceSync: %v; want ErrClosed", err)
+	}
+	if err := p.Flush(fast); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Flush: %v; want ErrClosed", err)
+	}
+	if fast.Err() != nil {
+		t.Fatal("calls on the stopped producer waited for their context")
+	}
+	if err := p.Close(fast); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	noLeak(t)
+}
+
+// A producer closed while the refresher it shares stays open refuses
+// everything with ErrClosed at once, whether or not the topic is cached.
+func TestClosedProducerOnSharedRefresher(t *testing.T) {
+	c := newCluster(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p := newProducer(t, c, producer.WithMetadata(r))
+	ctx := testCtx(t, 30*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	fast := testCtx(t, 5*time.Second)
+	if err := p.Produce(fast, prec(0, "b"), nil); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Produce to a known topic: %v; want ErrClosed", err)
+	}
+	if err := p.Produce(fast, &producer.Record{Topic: "unknown", Value: []byte("c")}, nil); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Produce to an unknown topic: %v; want ErrClosed", err)
+	}
+	if _, err := p.ProduceSync(fast, prec(0, "d")); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("ProduceSync: %v; want ErrClosed", err)
+	}
+	if err := p.Flush(fast); !errors.Is(err, errors.ErrClosed) {
+		t.Fatalf("Flush: %v; want ErrClosed", err)
+	}
+	if fast.Err() != nil {
+		t.Fatal("calls on the closed producer waited for their context")
+	}
+}
