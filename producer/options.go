@@ -183,7 +183,9 @@ func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }
 // broker would resend the same refused request until its delivery timeout.
 // A request takes one batch at least; further batches go while the request
 // stays within n, counting each as BatchMaxBytes (its most) until it is
-// picked; the rest go in the next request.
+// picked; the rest go in the next request. A record whose batch alone,
+// uncompressed, would exceed n is refused by Produce (ErrMessageTooLarge),
+// as Java's max.request.size.
 func MaxRequestBytes(n int) Opt { return optFunc(func(c *cfg) { c.requestBytes = n }) }
 
 // DefaultMaxRequestBytes is the default MaxRequestBytes.

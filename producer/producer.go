@@ -287,7 +287,11 @@ func (p *Producer) Bumps() int {
 // Produce buffers r for sending and calls cb once with its delivery report
 // (cb may be nil). It blocks while the buffer is full, until ctx ends, and
 // while the topic's partitions are not known, until ctx ends or for
-// MetadataWait at most.
+// MetadataWait at most. A record whose batch would be larger than
+// MaxRequestBytes is refused at once with a *errors.PartitionError matching
+// errors.ErrMessageTooLarge (cb is not called); one the brokers refuse as
+// too large (their message.max.bytes) is reported failed with that error,
+// alone: a batch holding other records too is split until they fit.
 //
 // Callbacks (cb, OnOutcome, OnAckedWritesLost) run on one producer
 // goroutine, one at a time, never with the producer's lock held; a
@@ -307,8 +311,17 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	ts := r.Timestamp.UnixMilli()
 	size := recbatch.RecordSize(r.Key, r.Value, toBatchHeaders(r.Headers))
-	if size > math.MaxInt32 {
-		return fmt.Errorf("producer: a record of %d bytes is larger than any request", size)
+	if size > math.MaxInt32 || recbatch.HeaderSize+size > p.cfg.requestBytes {
+		// A request carries the record's batch whole: the broker would
+		// refuse it (MESSAGE_TOO_LARGE), or close the connection on it
+		// and have it resent, with the other batches of its request,
+		// until their delivery timeout.
+		partition := int32(-1)
+		if r.ExplicitPartition {
+			partition = r.Partition
+		}
+		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
+			Err: fmt.Errorf("%w: a record of %d bytes makes a batch larger than MaxRequestBytes (%d)", errors.ErrMessageTooLarge, size, p.cfg.requestBytes)}
 	}
 	nparts, topicID, err := p.topic(ctx, r.Topic)
 	if err != nil {
