@@ -126,7 +126,11 @@ func codeError(code int16) error {
 // identity, each reported ResequencedNoLoss (every attempt definitely refused)
 // or PossibleDuplicate (some attempt had no definite answer); "next" = the
 // batch is the partition's first unacknowledged one and starts right after
-// the last acknowledged sequence; "stale" = the producer's identity changed
+// the last acknowledged sequence, in an attempt sent after the acknowledged
+// attempt that proved the batch before it appended (an attempt sent earlier
+// may have reached a leader that did not hold it yet: a retry acknowledged
+// by a new leader before the old one's answer to a batch pipelined behind
+// the retried one's first attempt); "stale" = the producer's identity changed
 // since the batch was assigned (a bump already happened: the batch joins it,
 // no second bump).
 //
@@ -282,6 +286,7 @@ func (s *Sequencer) ack(b *batch, offset, logStart int64, d *Decision) {
 	p := b.part
 	late := b.disp == abandoned
 	b.disp = acked
+	b.ackedSend = b.send
 	if b.gen == p.gen {
 		p.solo = false // the current leader holds the producer's state
 	}
@@ -331,6 +336,7 @@ func (p *partition) resolveAppended(s *Sequencer) {
 		for _, e := range p.inflight[:i] {
 			if e.disp == abandoned && !e.outstanding && e.id.Producer == x.id.Producer {
 				e.disp = acked
+				e.ackedSend = x.ackedSend
 			}
 		}
 		break
@@ -340,11 +346,17 @@ func (p *partition) resolveAppended(s *Sequencer) {
 
 func (s *Sequencer) outOfOrder(b *batch, cause Cause, d *Decision) {
 	p := b.part
-	next := !p.rewrite && p.isNext(b)
+	// A refusal of an attempt sent before the acknowledged attempt of
+	// the batch before it proves nothing: that acknowledgement may have
+	// come from a leader that had not appended it yet when this attempt
+	// reached it (a retry acknowledged by a new leader before the old
+	// one's answer to a batch pipelined behind the first attempt).
+	next := !p.rewrite && p.isNext(b) && (p.lastAckedSeq < 0 || p.lastAckedSend < b.send)
 	if !next && !p.rewrite {
 		// The leader expects an earlier sequence: an earlier batch of
-		// this partition failed or is being retried. Resend after it,
-		// under the same identity even if the producer bumped since.
+		// this partition failed or is being retried (or was, when this
+		// attempt reached it). Resend after it, under the same identity
+		// even if the producer bumped since.
 		s.resend(b, false, d)
 		return
 	}

@@ -954,3 +954,39 @@ func TestNewIncarnationFailsBeforeResend(t *testing.T) {
 		}
 	})
 }
+
+// TestOutOfOrderAnsweredAfterLaterAckIsNoGap: b1 is refused before the
+// append (NOT_ENOUGH_REPLICAS) and b2, pipelined behind it, is refused out
+// of order by the same leader; the leader moves, and b1's retry is
+// acknowledged by the new one before the old leader's answer to b2
+// arrives (b2's request waited behind another partition's). b2 is now the
+// partition's next batch, but its refusal answered an attempt sent before
+// b1's acknowledged one: it proves no gap. b2 is resent unchanged, with no
+// outcome and no bump.
+func TestOutOfOrderAnsweredAfterLaterAckIsNoGap(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r0, _ := h.assign(tp0, 1)
+	h.ok(r0, 10)
+	b1, _ := h.assign(tp0, 1)
+	b2, _ := h.assign(tp0, 1)
+	var d Decision
+	d.Merge(h.code(b1, kerr.NotEnoughReplicas.Code))
+	h.s.LeaderChanged(tp0)
+	h.resend(tp0, b1, id(pid, 1))
+	d.Merge(h.ok(b1, 11))
+	d.Merge(h.s.Complete(b2, oosn))
+	if d.Bump != nil || len(d.Outcomes) != 0 || len(d.CheckAckedWrites) != 0 || h.s.Bumps() != 0 {
+		t.Fatalf("decision %+v (%d bumps)", d, h.s.Bumps())
+	}
+	h.resend(tp0, b2, id(pid, 2))
+	h.ok(b2, 12)
+	if st := h.state(tp0); st.Owner != pid || st.LastAckedSequence != 2 || len(st.InFlight) != 0 {
+		t.Fatalf("state %+v", st)
+	}
+	// An out-of-order refusal of an attempt sent after the acknowledged
+	// one is still a gap.
+	b3, _ := h.assign(tp0, 1)
+	if d := h.s.Complete(b3, oosn); len(outcomes[ProvenGap](d)) != 1 {
+		t.Fatalf("refusal after the acknowledgement: %+v", d.Outcomes)
+	}
+}

@@ -187,6 +187,11 @@ type batch struct {
 	assignedAt time.Time
 	// gen is the partition's generation at the batch's latest send.
 	gen uint64
+	// send numbers the batch's latest send (Sequencer.sends); ackedSend
+	// is the send whose acknowledgement proves the batch appended (its
+	// own, or a later batch's for one resolved as appended).
+	send      uint64
+	ackedSend uint64
 	// inc is the partition's incarnation at the batch's latest send: the
 	// answer to that send is about that incarnation's log.
 	inc uint64
@@ -206,6 +211,11 @@ type partition struct {
 	owner        ProducerID
 	nextSeq      int32
 	lastAckedSeq int32 // under owner; -1 if none
+	// lastAckedSend is the ackedSend of the batch that set lastAckedSeq:
+	// an out-of-order refusal proves a gap only for an attempt sent
+	// after it (an earlier attempt may have reached the leader before
+	// the acknowledged one).
+	lastAckedSend uint64
 	// latestAckedSeq is the last sequence of the latest batch (in sequence
 	// order) acknowledged under owner; -1 if none. It is ahead of
 	// lastAckedSeq while an earlier batch is unacknowledged.
@@ -260,6 +270,7 @@ func (p *partition) reset(id ProducerID) {
 	p.nextSeq = 0
 	p.lastAckedSeq = -1
 	p.latestAckedSeq = -1
+	p.lastAckedSend = 0
 }
 
 // front returns the first batch that is not acknowledged, or nil.
@@ -315,6 +326,7 @@ func (p *partition) popAcked(s *Sequencer) {
 		b := p.inflight[i]
 		if b.id.Producer == p.owner {
 			p.lastAckedSeq = b.lastSequence()
+			p.lastAckedSend = b.ackedSend
 		}
 		delete(s.batches, b.ref)
 		i++
@@ -356,6 +368,7 @@ type Sequencer struct {
 	order      []*partition // creation order, for deterministic decisions
 	batches    map[BatchRef]*batch
 	bumps      int
+	sends      uint64    // sends so far (AssignAt and Sent): numbers them
 	clock      time.Time // latest time given (AssignAt, Expire)
 	assigned   uint64    // batches assigned so far
 }
@@ -462,7 +475,9 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		p.gen++
 	}
 	s.nextRef++
+	s.sends++
 	b := &batch{
+		send:        s.sends,
 		ref:         s.nextRef,
 		part:        p,
 		records:     records,
@@ -527,6 +542,8 @@ func (s *Sequencer) Sent(ref BatchRef) error {
 	}
 	b.outstanding = true
 	b.attempts++
+	s.sends++
+	b.send = s.sends
 	b.gen = b.part.gen
 	b.inc = b.part.inc
 	return nil
