@@ -182,8 +182,9 @@ func BatchMaxBytes(n int) Opt { return optFunc(func(c *cfg) { c.batchBytes = n }
 // so a producer with more buffered than that (MaxBufferedBytes) for one
 // broker would resend the same refused request until its delivery timeout.
 // A request takes one batch at least; further batches go while the request
-// stays within n, counting each as BatchMaxBytes (its most) until it is
-// picked; the rest go in the next request. A record whose batch alone,
+// stays within n, counting each as BatchMaxBytes (or its size, for a
+// record above BatchMaxBytes sent alone) until it is picked; the rest go in
+// the next request. A record whose batch alone,
 // uncompressed, would exceed n is refused by Produce (ErrMessageTooLarge),
 // as Java's max.request.size.
 func MaxRequestBytes(n int) Opt { return optFunc(func(c *cfg) { c.requestBytes = n }) }

@@ -296,10 +296,12 @@ func (s *sink) build(now time.Time, idle bool) ([]sent, time.Time) {
 				later(ps.quietAt.Add(quietPeriod))
 			}
 		}
-		if len(out) > 0 && size+p.cfg.batchBytes > p.cfg.requestBytes {
+		if len(out) > 0 && size+max(p.cfg.batchBytes, s.nextSize(ps)) > p.cfg.requestBytes {
 			// Full (MaxRequestBytes): the next request takes it, which
 			// the sink builds as soon as this one is written, or, at
-			// MaxInFlight, when an answer comes.
+			// MaxInFlight, when an answer comes. A batch counts as
+			// BatchMaxBytes, or its size when larger (a record above
+			// BatchMaxBytes goes alone, up to MaxRequestBytes).
 			continue
 		}
 		if x, ok := s.nextBatch(ps, now, later); ok {
@@ -442,6 +444,26 @@ func (s *sink) encode(x *sent) error {
 	}
 	b.encoded, b.stamped = enc, x.id
 	return nil
+}
+
+// nextSize is the size of the batch nextBatch would pick for ps if it is
+// ready (0: none), without picking it.
+func (s *sink) nextSize(ps *pstate) int {
+	p := s.p
+	if p.seq == nil {
+		if b := ps.inflight; b != nil {
+			return b.size
+		}
+	} else if ref, _, ok := p.seq.NextResend(ps.tp); ok {
+		if b := p.batches[ref]; b != nil {
+			return b.size
+		}
+		return 0
+	}
+	if len(ps.queue) > 0 {
+		return ps.queue[0].size
+	}
+	return 0
 }
 
 // nextBatch picks the partition's batch for this request: the retry the

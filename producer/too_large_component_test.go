@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
@@ -89,5 +90,41 @@ func TestRecordAboveMaxRequestBytesRefused(t *testing.T) {
 	log := values(partitionLog(t, c, 0))
 	if len(log) != 3 || log[0] != "a" || log[1] != "b" || len(log[2]) != 2048 {
 		t.Fatalf("log %.20q", log)
+	}
+}
+
+// Batches larger than BatchMaxBytes (a record above it goes alone) count at
+// their size in a request's MaxRequestBytes, not at BatchMaxBytes: two of
+// them from different partitions do not share a request they would take
+// past the limit.
+func TestLoneLargeRecordsKeepRequestsBounded(t *testing.T) {
+	const parts = 6
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const limit = 4096
+	hook := &requestSizeHook{}
+	p := newProducer(t, c, producer.BatchMaxBytes(1024), producer.MaxRequestBytes(limit), producer.MaxInFlight(1),
+		producer.TransportOpts(kgo.WithHooks(hook)))
+	ctx := testCtx(t, 20*time.Second)
+	var rs []*producer.Record
+	for part := range int32(parts) {
+		rs = append(rs, &producer.Record{Topic: topic, Partition: part, ExplicitPartition: true, Value: []byte(strings.Repeat("v", 2800))})
+	}
+	// The first request is held until every record is buffered: the
+	// next requests choose among five partitions' batches.
+	release, held := holdProduceSeen(c, 0)
+	defer release()
+	pr := sendAsync(t, ctx, p, rs...)
+	onWire(t, held)
+	release()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, pr.wait(5*time.Second))
+	if got := hook.Max(); got > limit+512 {
+		t.Errorf("largest Produce request %d bytes, MaxRequestBytes %d", got, limit)
 	}
 }
