@@ -694,7 +694,12 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 	if res.Delivery == NoResponse || (res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
 		b.maybe = true
 	}
-	if errors.IsRetriable(cause) && time.Now().Before(b.deadline) {
+	// The request's own timeout (RequestTimeout, the context the sink
+	// gave it) ends an attempt, not the record: it is retried like an
+	// attempt whose connection broke (errors.IsRetriable leaves deadlines
+	// out, which are the caller's own elsewhere).
+	timedOut := res.Delivery == NoResponse && errors.Is(cause, context.DeadlineExceeded) && p.ctx.Err() == nil
+	if (errors.IsRetriable(cause) || timedOut) && time.Now().Before(b.deadline) {
 		return // stays inflight with retryAt set
 	}
 	x.ps.inflight = nil
