@@ -150,6 +150,9 @@ func codeError(code int16) error {
 //	OUT_OF_ORDER_SEQUENCE_NUMBER, next   ProvenGap (PossibleGap if nothing was    ProvenGap/PossibleGap; Failed;
 //	                                     acked under the identity), check acked   abortable, bump after abort
 //	                                     writes; rewrite under a bumped epoch
+//	UNKNOWN_PRODUCER_ID answering an     resend                                   resend
+//	  attempt sent before the acknowledged
+//	  one that set the last acked sequence
 //	UNKNOWN_PRODUCER_ID, no loss         rewrite under a bumped epoch             rewrite from 0, same epoch, no abort
 //	  (nothing acked, or LogStartOffset
 //	  > last acked offset)
@@ -261,6 +264,14 @@ func (s *Sequencer) answer(b *batch, r ProduceResult, d *Decision) {
 	}
 }
 
+// answersBeforeAck reports whether b's latest attempt was sent before the
+// acknowledged attempt that set the partition's last acknowledged sequence:
+// a refusal of it by the producer state of its leader proves nothing about
+// the state of the leader that acknowledged that later attempt.
+func (p *partition) answersBeforeAck(b *batch) bool {
+	return p.lastAckedSeq >= 0 && b.send < p.lastAckedSend
+}
+
 // stale reports whether the producer's identity changed since b was assigned.
 func (s *Sequencer) stale(b *batch) bool { return b.id.Producer != s.producer }
 
@@ -351,7 +362,7 @@ func (s *Sequencer) outOfOrder(b *batch, cause Cause, d *Decision) {
 	// come from a leader that had not appended it yet when this attempt
 	// reached it (a retry acknowledged by a new leader before the old
 	// one's answer to a batch pipelined behind the first attempt).
-	next := !p.rewrite && p.isNext(b) && (p.lastAckedSeq < 0 || p.lastAckedSend < b.send)
+	next := !p.rewrite && p.isNext(b) && !p.answersBeforeAck(b)
 	if !next && !p.rewrite {
 		// The leader expects an earlier sequence: an earlier batch of
 		// this partition failed or is being retried (or was, when this
@@ -368,6 +379,13 @@ func (s *Sequencer) outOfOrder(b *batch, cause Cause, d *Decision) {
 
 func (s *Sequencer) unknownProducer(b *batch, logStart int64, cause Cause, d *Decision) {
 	p := b.part
+	if !p.rewrite && b.id.Producer == p.owner && p.answersBeforeAck(b) {
+		// About a leader that saw this attempt before the acknowledged
+		// one reached a leader (the acknowledging one holds the
+		// producer's state): resend.
+		s.resend(b, false, d)
+		return
+	}
 	// The leader has no state for this producer. If every record this
 	// partition acknowledged is below the log start offset, retention
 	// removed them and the state with them: nothing is lost.

@@ -990,3 +990,33 @@ func TestOutOfOrderAnsweredAfterLaterAckIsNoGap(t *testing.T) {
 		t.Fatalf("refusal after the acknowledgement: %+v", d.Outcomes)
 	}
 }
+
+// TestUnknownProducerAnsweredAfterLaterAckIsNoGap: as with an out-of-order
+// refusal, UNKNOWN_PRODUCER_ID answering an attempt sent before the
+// acknowledged retry of the batch before it says nothing of the leader
+// that acknowledged that retry, which holds the producer's state: b2 is
+// resent unchanged, with no outcome and no bump.
+func TestUnknownProducerAnsweredAfterLaterAckIsNoGap(t *testing.T) {
+	h := newHarness(t, Config{}, pid)
+	r0, _ := h.assign(tp0, 1)
+	h.ok(r0, 10)
+	b1, _ := h.assign(tp0, 1)
+	b2, _ := h.assign(tp0, 1)
+	var d Decision
+	d.Merge(h.code(b1, kerr.NotEnoughReplicas.Code))
+	h.s.LeaderChanged(tp0)
+	h.resend(tp0, b1, id(pid, 1))
+	d.Merge(h.ok(b1, 11))
+	d.Merge(h.s.Complete(b2, ProduceResult{Code: kerr.UnknownProducerID.Code, BaseOffset: -1, LogStartOffset: 0, ByTopicID: true}))
+	if d.Bump != nil || len(d.Outcomes) != 0 || len(d.CheckAckedWrites) != 0 || h.s.Bumps() != 0 {
+		t.Fatalf("decision %+v (%d bumps)", d, h.s.Bumps())
+	}
+	h.resend(tp0, b2, id(pid, 2))
+	h.ok(b2, 12)
+	// Answering an attempt sent after the acknowledged one, it is judged
+	// as always.
+	b3, _ := h.assign(tp0, 1)
+	if d := h.s.Complete(b3, ProduceResult{Code: kerr.UnknownProducerID.Code, BaseOffset: -1, LogStartOffset: 0, ByTopicID: true}); len(outcomes[PossibleGap](d)) != 1 {
+		t.Fatalf("refusal after the acknowledgement: %+v", d.Outcomes)
+	}
+}
