@@ -63,7 +63,8 @@ type pbatch struct {
 	// brokers send no IDs). An answer is about that incarnation's log.
 	topicID  [16]byte
 	retryAt  time.Time
-	maybe    bool // an attempt ended without a definite answer (non-idempotent)
+	maybe    bool  // an attempt ended without a definite answer (non-idempotent)
+	maybeErr error // the first such attempt's error (non-idempotent)
 	recovery Outcome
 
 	// no numbers the batch (split parts keep their parent's) for Flush.

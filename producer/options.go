@@ -152,7 +152,9 @@ func RequiredAcks(a Acks) Opt { return optFunc(func(c *cfg) { c.acks = a }) }
 
 // DisableIdempotence turns off the idempotent producer: no producer ID, no
 // sequence numbers, so a retried write may be duplicated. Needed for acks
-// other than AcksAll.
+// other than AcksAll. A record acknowledged after an attempt of its batch
+// that got no definite answer says so: its Result.Recovery is a
+// PossibleDuplicate (with no identities), also given to OnOutcome.
 func DisableIdempotence() Opt { return optFunc(func(c *cfg) { c.idempotent = false }) }
 
 // TransactionalID makes the producer transactional: InitTransactions once,

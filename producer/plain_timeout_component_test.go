@@ -1,6 +1,8 @@
 package producer_test
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +28,14 @@ func (h *produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _,
 func TestPlainRequestTimeoutRetried(t *testing.T) {
 	c := newCluster(t, 1)
 	writes := &produceWrites{}
+	outcomes := make(chan producer.Outcome, 10)
 	p := newProducer(t, c, producer.RequiredAcks(producer.AcksLeader), producer.DisableIdempotence(),
 		producer.RequestTimeout(200*time.Millisecond), producer.DeliveryTimeout(20*time.Second),
-		producer.TransportOpts(kgo.WithHooks(writes)))
+		producer.TransportOpts(kgo.WithHooks(writes)), producer.OnOutcome(func(o producer.Outcome) { outcomes <- o }))
 	ctx := testCtx(t, 20*time.Second)
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	if r := sendAll(t, ctx, p, prec(0, "a"))[0]; r.Err != nil || r.Recovery != nil {
+		t.Fatalf("a, acknowledged at its first attempt: err %v, recovery %#v", r.Err, r.Recovery)
+	}
 	release, held := holdProduceSeen(c, 0)
 	defer release()
 	pr := sendAsync(t, ctx, p, prec(0, "b"))
@@ -50,7 +55,23 @@ func TestPlainRequestTimeoutRetried(t *testing.T) {
 		t.Fatalf("b reported after its first request timed out: %v", pr.results[0].Err)
 	}
 	release()
-	if r := pr.wait(10 * time.Second)[0]; r.Err != nil {
+	r := pr.wait(10 * time.Second)[0]
+	if r.Err != nil {
 		t.Fatalf("b: %v", r.Err)
+	}
+	// The attempt that timed out may have been appended too (here the
+	// held request is, once released): the report says b may be in the
+	// log twice.
+	dup, ok := r.Recovery.(producer.PossibleDuplicate)
+	if !ok || dup.Records != 1 || dup.From.Producer != producer.NoProducerID || !errors.Is(dup.Cause.Err, context.DeadlineExceeded) {
+		t.Fatalf("b acknowledged after an unanswered attempt: recovery %#v; want a PossibleDuplicate of 1 record caused by the timeout", r.Recovery)
+	}
+	select {
+	case o := <-outcomes:
+		if _, ok := o.(producer.PossibleDuplicate); !ok {
+			t.Fatalf("OnOutcome got %#v; want the PossibleDuplicate", o)
+		}
+	default:
+		t.Fatal("OnOutcome was not given the PossibleDuplicate before b's report")
 	}
 }

@@ -65,7 +65,9 @@ type Result struct {
 	// Cause.Err matches errors.ErrTopicIDChanged, may also have been in
 	// the log of the topic incarnation deleted since (the record is
 	// acknowledged by the new one; a consumer that read the deleted log
-	// may have seen it there).
+	// may have seen it there). A non-idempotent producer reports a
+	// PossibleDuplicate for a record acknowledged after an attempt with
+	// no definite answer.
 	Recovery Outcome
 }
 

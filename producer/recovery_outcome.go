@@ -46,6 +46,11 @@ type ResequencedNoLoss struct {
 // old one. Its records may appear twice in the log: once under From (if that
 // attempt was appended) and once under To.
 //
+// A non-idempotent producer (DisableIdempotence) reports one for a batch
+// acknowledged after an earlier attempt got no definite answer: From and
+// To are then the zero identity of NoProducerID with BaseSequence -1, and
+// Cause.Err is that attempt's error.
+//
 // When Cause.Err is errors.ErrTopicIDChanged, the attempt without a definite
 // answer was sent to a topic incarnation that has since been deleted and
 // the batch is sent to the new one (Sequencer.NewIncarnation): the topic

@@ -678,7 +678,19 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 		if p.cfg.acks != AcksNone && res.BaseOffset >= 0 {
 			_ = p.ledger.Record(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch, Producer: NoProducerID, FirstSequence: -1})
 		}
-		p.finishLocked(b, nil, res.BaseOffset, nil)
+		var dup Outcome
+		if b.maybe {
+			// An earlier attempt may have been appended too: without
+			// sequences the broker cannot tell the retry from it. The
+			// application is told, as after an idempotent rewrite.
+			none := BatchIdentity{Producer: NoProducerID, BaseSequence: -1}
+			o := PossibleDuplicate{Batch: b.ref, TP: b.tp, Records: int32(len(b.recs)), From: none, To: none, Cause: Cause{TP: b.tp, Err: b.maybeErr}}
+			dup = o
+			if fn := p.cfg.onOutcome; fn != nil {
+				p.queueFnLocked(func() { fn(o) })
+			}
+		}
+		p.finishLocked(b, nil, res.BaseOffset, dup)
 		return
 	}
 	if res.Delivery == Answered && (res.Code == kerr.MessageTooLarge.Code || res.Code == kerr.RecordListTooLarge.Code) &&
@@ -692,7 +704,9 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 		cause = kerr.ErrorForCode(res.Code)
 	}
 	if res.Delivery == NoResponse || (res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
-		b.maybe = true
+		if !b.maybe {
+			b.maybe, b.maybeErr = true, cause
+		}
 	}
 	// The request's own timeout (RequestTimeout, the context the sink
 	// gave it) ends an attempt, not the record: it is retried like an
