@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/internal/compress"
@@ -72,6 +73,10 @@ type Consumer struct {
 	brokersAt metadata.Version
 
 	grp *group // group membership and commits (Group option); nil without
+
+	// sendFetch, when set (by tests, before the first Assign), sends each
+	// Fetch in place of the transport; send is the transport's own.
+	sendFetch func(ctx context.Context, broker int32, req kmsg.Request, send func(context.Context, kmsg.Request) (kmsg.Response, error)) (kmsg.Response, error)
 
 	reserve *gcreserve.Hold // the GC reserve (GCReserve), released by Close
 }

@@ -1,8 +1,11 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/metadata"
 )
@@ -101,4 +104,19 @@ func StepMetadataEvent(c *Consumer, ev metadata.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.metadataEventLocked(ev)
+}
+
+// InterceptFetches makes fn send every Fetch c sends from now on, in place
+// of the transport (call it before the first Assign); send sends it
+// through the transport.
+func InterceptFetches(c *Consumer, fn func(ctx context.Context, broker int32, req *kmsg.FetchRequest, send func(context.Context) (kmsg.Response, error)) (kmsg.Response, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sendFetch = func(ctx context.Context, broker int32, req kmsg.Request, send func(context.Context, kmsg.Request) (kmsg.Response, error)) (kmsg.Response, error) {
+		fr, ok := req.(*kmsg.FetchRequest)
+		if !ok {
+			fr = req.(fetchByName).FetchRequest
+		}
+		return fn(ctx, broker, fr, func(ctx context.Context) (kmsg.Response, error) { return send(ctx, req) })
+	}
 }

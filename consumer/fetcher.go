@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -36,6 +37,13 @@ type fetcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	canceled bool
+	// afterCancel is set while the request in flight is the one sent
+	// again at once after a fetch this loop canceled itself (used by the
+	// fetch loop alone): kgo closes the connection a canceled fetch was
+	// on, and may fail the next request on it as the connection dies. A
+	// connection error of that request is the cancel's, not the broker's
+	// (see transportFailed).
+	afterCancel bool
 }
 
 // cancelLocked ends the fetch in flight: one of its partitions no longer
@@ -401,15 +409,23 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	c := f.c
 	ctx := f.ctx
 	var resp *kmsg.FetchResponse
-	var err error
+	var kreq kmsg.Request = req
 	if f.byName {
-		var kr kmsg.Response
-		if kr, err = c.cl.Broker(int(f.id)).Request(ctx, fetchByName{req}); err == nil {
-			resp = kr.(*kmsg.FetchResponse)
-		}
-	} else {
-		resp, err = req.RequestWith(ctx, c.cl.Broker(int(f.id)))
+		kreq = fetchByName{req}
 	}
+	transport := c.cl.Broker(int(f.id)).Request
+	var kr kmsg.Response
+	var err error
+	if c.sendFetch != nil {
+		kr, err = c.sendFetch(ctx, f.id, kreq, transport)
+	} else {
+		kr, err = transport(ctx, kreq)
+	}
+	if err == nil {
+		resp = kr.(*kmsg.FetchResponse)
+	}
+	afterCancel := f.afterCancel
+	f.afterCancel = false
 
 	// Decode the answer's records here, without the lock: Poll then only
 	// steps them into the machines, and the brokers' answers are decoded
@@ -472,11 +488,16 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		code := seek.CodeNetworkException
 		switch {
 		case canceled && c.ctx.Err() == nil,
+			afterCancel && transportFailed(err) && c.ctx.Err() == nil,
 			err == kerr.FetchSessionIDNotFound, err == kerr.InvalidFetchSessionEpoch, err == kerr.FetchSessionTopicIDError:
 			// Canceled because a partition moved on (whether the broker
-			// took the request is unknown), or the session is gone: ask
-			// again, at once, with a full request (from where each
-			// partition is read now).
+			// took the request is unknown), the connection that cancel
+			// closed failed the request sent after it (once per cancel:
+			// a second failure is the broker's or the network's, and
+			// backs off), or the session is gone: ask again, at once,
+			// with a full request (from where each partition is read
+			// now).
+			f.afterCancel = canceled
 			now := time.Now()
 			for _, in := range parts {
 				if in.p.fetch != nil && in.p.fetch.Req == in.req {
@@ -583,6 +604,17 @@ func (f *fetcher) answerLocked(in inflight, rp *kmsg.FetchResponseTopicPartition
 	c.peakBuffered = max(c.peakBuffered, c.buffered)
 	c.ready = append(c.ready, p)
 	c.signalLocked()
+}
+
+// transportFailed reports whether err, a Fetch's error, says the request
+// failed as a whole on its connection: not a Kafka error code, not the
+// request's context ending (its deadline, or a cancel), not the client
+// closing. kgo's "chosen broker is dead" (a request written to a
+// connection as it closes) is one; so are a reset or an EOF.
+func transportFailed(err error) bool {
+	var ke *kerr.Error
+	return err != nil && !errors.As(err, &ke) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, kgo.ErrClientClosed)
 }
 
 // settleLocked steps a failed fetch for in: a (with its error code)
