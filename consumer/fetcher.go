@@ -500,11 +500,19 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			f.afterCancel = canceled
 			now := time.Now()
 			for _, in := range parts {
-				if in.p.fetch != nil && in.p.fetch.Req == in.req {
-					in.p.sent = false
-					if to := c.routeLocked(in.p, now); to != f.id {
-						c.fetcherLocked(to).wakeUp()
-					}
+				if in.p.fetch == nil || in.p.fetch.Req != in.req {
+					continue // a newer fetch replaced it (sent by itself)
+				}
+				if c.parts[in.p.tp] != in.p || !in.p.m.AwaitsFetch(in.req) {
+					// The machine moved on (to validating its
+					// position, say): the fetch is over, not to be
+					// sent again.
+					in.p.fetch = nil
+					continue
+				}
+				in.p.sent = false
+				if to := c.routeLocked(in.p, now); to != f.id {
+					c.fetcherLocked(to).wakeUp()
 				}
 			}
 			f.wakeUp()
