@@ -48,8 +48,11 @@ type EpochEntry struct {
 // starts its offsets and epochs over, so only the ID tells a stored
 // position of the deleted log from one of the new log (see AtHistory).
 //
-// The zero value is an empty history of DefaultHistorySize entries. An
-// EpochHistory is not safe for concurrent use; Clone copies it.
+// The zero value is an empty history of DefaultHistorySize entries, and a
+// nil *EpochHistory reads as one (Size, Len, Entries, End, Dropped,
+// TopicID, EpochOf, String, Clone; a Start whose History is nil steps as
+// one with an empty history). An EpochHistory is not safe for concurrent
+// use; Clone copies it.
 type EpochHistory struct {
 	entries []EpochEntry
 	end     int64 // offset after the last covered record; meaningful when entries is not empty
@@ -99,8 +102,21 @@ func checkEntries(entries []EpochEntry, end int64) error {
 	return nil
 }
 
+// empty is what a nil *EpochHistory reads as.
+var emptyHistory EpochHistory
+
+// read returns h, or an empty history when h is nil, for the methods that
+// only read.
+func (h *EpochHistory) read() *EpochHistory {
+	if h == nil {
+		return &emptyHistory
+	}
+	return h
+}
+
 // Size returns the most entries the history keeps.
 func (h *EpochHistory) Size() int {
+	h = h.read()
 	if h.size <= 0 {
 		return DefaultHistorySize
 	}
@@ -108,15 +124,16 @@ func (h *EpochHistory) Size() int {
 }
 
 // Len returns the number of entries.
-func (h *EpochHistory) Len() int { return len(h.entries) }
+func (h *EpochHistory) Len() int { return len(h.read().entries) }
 
 // Entries returns a copy of the entries, oldest first.
-func (h *EpochHistory) Entries() []EpochEntry { return append([]EpochEntry(nil), h.entries...) }
+func (h *EpochHistory) Entries() []EpochEntry { return append([]EpochEntry(nil), h.read().entries...) }
 
 // End returns the offset after the last record the history covers (the
 // consumer's position when the history was taken), NoOffset when it is
 // empty.
 func (h *EpochHistory) End() int64 {
+	h = h.read()
 	if len(h.entries) == 0 {
 		return NoOffset
 	}
@@ -126,7 +143,7 @@ func (h *EpochHistory) End() int64 {
 // Dropped reports whether entries were dropped from the start of the
 // history: by its size bound, or because a batch contradicted it (a lower
 // epoch after a higher one, which only a rewritten log can show).
-func (h *EpochHistory) Dropped() bool { return h.dropped }
+func (h *EpochHistory) Dropped() bool { return h.read().dropped }
 
 // Clone returns an independent copy.
 func (h *EpochHistory) Clone() *EpochHistory {
@@ -141,7 +158,7 @@ func (h *EpochHistory) Clone() *EpochHistory {
 // TopicID returns the ID of the topic incarnation whose records the history
 // describes; zero when it is not known (a history decoded from version 1,
 // or kept by a consumer whose brokers do not give topic IDs).
-func (h *EpochHistory) TopicID() TopicID { return h.topicID }
+func (h *EpochHistory) TopicID() TopicID { return h.read().topicID }
 
 // SetTopicID names the topic incarnation whose records the history
 // describes. A history that named another incarnation is emptied first:
@@ -232,6 +249,7 @@ func (h *EpochHistory) Cut(offset int64) {
 // cover offset: it is empty, offset is below its first entry (never seen,
 // or dropped), or offset is at or after End.
 func (h *EpochHistory) EpochOf(offset int64) (epoch int32, ok bool) {
+	h = h.read()
 	if len(h.entries) == 0 || offset < h.entries[0].StartOffset || offset >= h.end {
 		return NoEpoch, false
 	}
@@ -246,6 +264,7 @@ func (h *EpochHistory) EpochOf(offset int64) (epoch int32, ok bool) {
 // String formats the history as [e<epoch>:<start> ...)<end>, with a leading
 // "…" when entries were dropped.
 func (h *EpochHistory) String() string {
+	h = h.read()
 	var b strings.Builder
 	b.WriteByte('[')
 	if h.dropped {

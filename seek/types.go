@@ -172,7 +172,7 @@ type Start struct {
 	Epoch     int32
 	Timestamp int64
 	// History is, for StartHistory, the stored history cut at Offset (a
-	// copy owned by the Start: do not modify it).
+	// copy owned by the Start: do not modify it). Nil is an empty history.
 	History *EpochHistory
 }
 
