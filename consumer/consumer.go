@@ -335,7 +335,7 @@ func (c *Consumer) part(topic string, partition int32) (*part, error) {
 	p := c.parts[TopicPartition{topic, partition}]
 	if p == nil {
 		return nil, &errors.PartitionError{Op: "seek", Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
-			Err: errNotAssigned}
+			Err: ErrNotAssigned}
 	}
 	return p, nil
 }
@@ -344,9 +344,6 @@ func (c *Consumer) part(topic string, partition int32) (*part, error) {
 // leader when the partition was sought again (Seek, SeekTo or another
 // SeekToNearest): the later seek decides the position.
 var ErrSeekSuperseded = errors.New("kepoch: seek superseded by a later seek of the partition")
-
-// errNotAssigned: the partition is not (or no longer) assigned.
-var errNotAssigned = errors.New("partition not assigned")
 
 // Seek moves a partition's position to offset without an epoch: the
 // position is not validated against the leader (Kafka's seek(tp, offset)).
@@ -419,20 +416,44 @@ func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition in
 
 // Pause stops fetching the partitions; records already buffered for them are
 // kept but not returned until Resume. Validation and truncation reports go on.
-func (c *Consumer) Pause(tps ...TopicPartition) {
-	c.setPaused(tps, true)
+// A partition that is not assigned is not paused: the error names each (a
+// *PartitionError wrapping ErrNotAssigned, joined), and the assigned
+// partitions named with it are paused all the same. After Close it does
+// nothing and returns ErrClosed.
+func (c *Consumer) Pause(tps ...TopicPartition) error {
+	return c.setPaused(tps, true)
 }
 
-// Resume undoes Pause.
-func (c *Consumer) Resume(tps ...TopicPartition) {
-	c.setPaused(tps, false)
+// Resume undoes Pause. It returns the same errors as Pause.
+func (c *Consumer) Resume(tps ...TopicPartition) error {
+	return c.setPaused(tps, false)
 }
 
-func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
+// ErrNotAssigned: the partition is not (or no longer) assigned to the
+// consumer. A call naming it (Seek, SeekTo, SeekToNearest, Pause, Resume)
+// returns a *PartitionError wrapping it; so does a SeekToNearest waiting
+// when the partition is revoked.
+var ErrNotAssigned = errors.New("kepoch: partition not assigned")
+
+func (c *Consumer) setPaused(tps []TopicPartition, paused bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return errors.ErrClosed
+	}
+	op := "resume"
+	if paused {
+		op = "pause"
+	}
+	var errs []error
 	for _, tp := range tps {
-		if p := c.parts[tp]; p != nil && p.paused != paused {
+		p := c.parts[tp]
+		if p == nil {
+			errs = append(errs, &errors.PartitionError{Op: op, Topic: tp.Topic, Partition: tp.Partition, Offset: -1, LeaderEpoch: -1,
+				Err: ErrNotAssigned})
+			continue
+		}
+		if p.paused != paused {
 			p.paused = paused
 			c.stepLocked(p, seek.Paused{Paused: paused})
 			if paused && p.buf != nil && c.bufferFull {
@@ -449,6 +470,7 @@ func (c *Consumer) setPaused(tps []TopicPartition, paused bool) {
 		}
 	}
 	c.signalLocked()
+	return errors.Join(errs...)
 }
 
 // Position returns the partition's position: the next offset Poll will

@@ -120,3 +120,11 @@ func InterceptFetches(c *Consumer, fn func(ctx context.Context, broker int32, re
 		return fn(ctx, broker, fr, func(ctx context.Context) (kmsg.Response, error) { return send(ctx, req) })
 	}
 }
+
+// Paused reports whether tp is assigned and paused.
+func Paused(c *Consumer, tp TopicPartition) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[tp]
+	return p != nil && p.paused
+}

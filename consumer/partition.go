@@ -222,7 +222,7 @@ func (c *Consumer) newPart(tp TopicPartition) (*part, error) {
 func (p *part) revoke() {
 	p.m.Step(seek.Revoked{})
 	p.fetch = nil
-	p.abandonNearest(errNotAssigned)
+	p.abandonNearest(ErrNotAssigned)
 }
 
 // supersedeNearest ends a waiting SeekToNearest: p is sought again.
