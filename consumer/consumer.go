@@ -207,7 +207,9 @@ func (c *Consumer) Close(ctx context.Context) error {
 
 // Assign replaces the assignment: partitions not listed are dropped (with
 // their buffered records), listed ones start at their Start. A partition
-// listed again restarts at its new Start.
+// listed again restarts at its new Start. A partition listed twice in one
+// call is refused (a *PartitionError wrapping ErrDuplicateAssignment for
+// each), and the assignment is left as it was.
 func (c *Consumer) Assign(as ...Assignment) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -218,6 +220,7 @@ func (c *Consumer) Assign(as ...Assignment) error {
 		return fmt.Errorf("consumer: Assign on a subscribed consumer (the group assigns its partitions)")
 	}
 	want := map[TopicPartition]Start{}
+	var dups []error
 	for _, a := range as {
 		if a.Topic == "" || a.Partition < 0 {
 			return fmt.Errorf("consumer: invalid assignment %q partition %d", a.Topic, a.Partition)
@@ -225,7 +228,19 @@ func (c *Consumer) Assign(as ...Assignment) error {
 		if err := validStart(a.Start); err != nil {
 			return fmt.Errorf("consumer: %s[%d]: %w", a.Topic, a.Partition, err)
 		}
-		want[TopicPartition{a.Topic, a.Partition}] = a.Start
+		tp := TopicPartition{a.Topic, a.Partition}
+		if s, dup := want[tp]; dup {
+			if s.Kind != 0 { // reported once, however often it is listed
+				dups = append(dups, &errors.PartitionError{Op: "assign", Topic: a.Topic, Partition: a.Partition,
+					Offset: -1, LeaderEpoch: -1, Err: ErrDuplicateAssignment})
+				want[tp] = Start{}
+			}
+			continue
+		}
+		want[tp] = a.Start
+	}
+	if len(dups) > 0 {
+		return errors.Join(dups...)
 	}
 	for tp, p := range c.parts {
 		if _, ok := want[tp]; !ok {
@@ -428,6 +443,12 @@ func (c *Consumer) Pause(tps ...TopicPartition) error {
 func (c *Consumer) Resume(tps ...TopicPartition) error {
 	return c.setPaused(tps, false)
 }
+
+// ErrDuplicateAssignment refuses an Assign that names a partition more
+// than once (with two starts, which one stands would be a guess): a
+// *PartitionError wrapping it names the partition, and nothing is
+// assigned or revoked.
+var ErrDuplicateAssignment = errors.New("kepoch: partition assigned twice in one Assign")
 
 // ErrNotAssigned: the partition is not (or no longer) assigned to the
 // consumer. A call naming it (Seek, SeekTo, SeekToNearest, Pause, Resume)

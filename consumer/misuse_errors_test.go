@@ -79,3 +79,23 @@ func TestPauseResumeUnassigned(t *testing.T) {
 		t.Errorf("Resume after Close: %v; want ErrClosed", err)
 	}
 }
+
+// Assign naming a partition twice (or more) is refused (one
+// *PartitionError wrapping ErrDuplicateAssignment for it) and changes
+// nothing; the last start named won, silently.
+func TestAssignDuplicatePartition(t *testing.T) {
+	c := newCluster(t, 2)
+	cons := newConsumer(t, c)
+	assignAll(t, cons, 1, consumer.Latest())
+	err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.At(0)},
+		consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()},
+		consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.At(5)},
+		consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.Latest()})
+	pes := partitionErrs(t, err, consumer.ErrDuplicateAssignment)
+	if len(pes) != 1 || pes[0].Op != "assign" || pes[0].Topic != topic || pes[0].Partition != 1 {
+		t.Fatalf("Assign with partition 1 twice: %v; want one assign error for %s[1]", err, topic)
+	}
+	if got := cons.Assigned(); len(got) != 1 || got[0] != (consumer.TopicPartition{Topic: topic, Partition: 0}) {
+		t.Fatalf("after the refused Assign: assigned %v; want the earlier assignment, partition 0 alone", got)
+	}
+}
