@@ -246,6 +246,63 @@ func (c *Consumer) unusableLocked(p *part, a fetchReply, step replicaStep, now t
 	c.signalLocked()
 }
 
+// leaderRun is a partition's run of fetches sent to its leader that failed
+// as a whole: no answer came (a connection refused, reset or closed, no
+// answer in time).
+type leaderRun struct {
+	since    time.Time // the first failure of the run; zero: no run
+	broker   int32     // the leader that failed
+	last     error     // the run's latest failure
+	reported bool      // the run was reported; it is not again
+}
+
+// afterLeaderFetch returns what a fetch sent to broker, the partition's
+// leader, leaves of the partition's run r, and whether the run is to be
+// reported now: at the first failure at least bound after the run's first
+// (bound 0: at the first), once per run. A failure (failed: no answer, its
+// error) starts or extends the run of that broker (a failure of another
+// broker starts a new one); any answer of the broker, whatever its error
+// codes, ends it: the leader is reachable, and a later run is a new one,
+// reported again.
+func afterLeaderFetch(r leaderRun, broker int32, failed error, now time.Time, bound time.Duration) (leaderRun, bool) {
+	if failed == nil {
+		return leaderRun{}, false
+	}
+	if r.since.IsZero() || r.broker != broker {
+		r = leaderRun{since: now, broker: broker}
+	}
+	r.last = failed
+	if r.reported || now.Sub(r.since) < bound {
+		return r, false
+	}
+	r.reported = true
+	return r, true
+}
+
+// leaderFetchLocked applies to p's run of unanswered fetches the outcome
+// of its fetch in (failed: no answer, its error), if that fetch went to
+// the leader and the machine still awaits it, and tells Poll, once, about
+// a run that lasted MissingPartitionReport: an error in Fetches.Errors,
+// retriable, without halting the partition, which is fetched again as
+// usual meanwhile.
+func (f *fetcher) leaderFetchLocked(in inflight, failed error, now time.Time) {
+	c, p := f.c, in.p
+	if f.id != in.leader || c.parts[p.tp] != p || !p.m.AwaitsFetch(in.req) {
+		return // a replica's (see unusableLocked), or stale
+	}
+	var report bool
+	if p.unreachable, report = afterLeaderFetch(p.unreachable, f.id, failed, now, c.cfg.missingAfter); !report {
+		return
+	}
+	r := p.unreachable
+	pos, _ := p.m.Position()
+	c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+		Offset: pos.Offset, LeaderEpoch: pos.Epoch,
+		Err: fmt.Errorf("%w (leader %d has answered no fetch for %v, last: %v; the partition is fetched again until it answers or metadata names another leader)",
+			errors.ErrLeaderUnreachable, r.broker, now.Sub(r.since).Round(time.Millisecond), r.last)})
+	c.signalLocked()
+}
+
 func (f *fetcher) loop() {
 	c := f.c
 	for {
@@ -476,7 +533,13 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		c.bufferFull = false
 		c.wakeFetchersLocked()
 	}
+	now := time.Now()
 	if err == nil {
+		// The broker answered: it is reachable, whatever the answer
+		// says.
+		for _, in := range parts {
+			f.leaderFetchLocked(in, nil, now)
+		}
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil {
@@ -498,7 +561,6 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			// with a full request (from where each partition is read
 			// now).
 			f.afterCancel = canceled
-			now := time.Now()
 			for _, in := range parts {
 				if in.p.fetch == nil || in.p.fetch.Req != in.req {
 					continue // a newer fetch replaced it (sent by itself)
@@ -520,6 +582,12 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		}
 		if ke, ok := err.(*kerr.Error); ok {
 			code = seek.Code(ke.Code)
+		} else if c.ctx.Err() == nil && !canceled {
+			// No answer: a refused or broken connection, or none in
+			// time (the request's own deadline).
+			for _, in := range parts {
+				f.leaderFetchLocked(in, err, now)
+			}
 		}
 		for _, in := range parts {
 			f.settleLocked(in, fetchReply{code: code, named: seek.NoBroker}, nil)

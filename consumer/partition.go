@@ -65,6 +65,9 @@ type part struct {
 	// unusable is the partition's run of answers that leave it unread
 	// because of its read replica (afterUnusable).
 	unusable unusableRun
+	// unreachable is the partition's run of fetches its leader left
+	// unanswered (afterLeaderFetch).
+	unreachable leaderRun
 }
 
 // remember adds the digest of a delivered batch to p's history. A batch at

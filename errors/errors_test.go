@@ -147,7 +147,7 @@ func TestReexportedCodes(t *testing.T) {
 func TestSentinels(t *testing.T) {
 	kepoch := []error{errors.ErrLogTruncation, errors.ErrOffsetBelowLogStart, errors.ErrTopicIDChanged,
 		errors.ErrClosed, errors.ErrUnknownOutcome, errors.ErrNotSent,
-		errors.ErrCorruptBatch, errors.ErrCompression, errors.ErrUnsupportedMagic}
+		errors.ErrCorruptBatch, errors.ErrCompression, errors.ErrUnsupportedMagic, errors.ErrLeaderUnreachable}
 	for i, a := range kepoch {
 		if !strings.HasPrefix(a.Error(), "kepoch: ") {
 			t.Errorf("%q lacks the kepoch prefix", a)
@@ -157,7 +157,7 @@ func TestSentinels(t *testing.T) {
 				t.Errorf("Is(%q, %q) = %v", a, b, !(i == j))
 			}
 		}
-		if _, ok := errors.CodeOf(a); ok && a != errors.ErrOffsetBelowLogStart {
+		if _, ok := errors.CodeOf(a); ok && a != errors.ErrOffsetBelowLogStart && a != errors.ErrLeaderUnreachable {
 			t.Errorf("%q carries a Kafka code", a)
 		}
 	}
@@ -170,6 +170,9 @@ func TestSentinels(t *testing.T) {
 	}
 	if c, ok := errors.CodeOf(errors.ErrOffsetBelowLogStart); !ok || c != 1 {
 		t.Errorf("CodeOf(ErrOffsetBelowLogStart) = %d, %v", c, ok)
+	}
+	if c, ok := errors.CodeOf(errors.ErrLeaderUnreachable); !ok || c != 13 || !errors.Is(errors.ErrLeaderUnreachable, errors.ErrNetworkException) {
+		t.Errorf("CodeOf(ErrLeaderUnreachable) = %d, %v; want NETWORK_EXCEPTION (13), which it matches", c, ok)
 	}
 }
 
@@ -283,6 +286,7 @@ func TestIsRetriable(t *testing.T) {
 		{"below log start", pe(errors.ErrOffsetBelowLogStart), false},
 		{"unknown outcome", errors.ErrUnknownOutcome, false},
 		{"corrupt batch", fmt.Errorf("decode: %w", errors.ErrCorruptBatch), false},
+		{"leader unreachable", pe(fmt.Errorf("%w (for 10s)", errors.ErrLeaderUnreachable)), true},
 		{"unknown leader epoch", errors.ErrUnknownLeaderEpoch, true},
 		{"fenced leader epoch", pe(errors.ErrFencedLeaderEpoch), true},
 		{"not leader", pe(errors.ErrNotLeader), true},

@@ -20,6 +20,14 @@ var (
 	// log was not truncated. Wraps ErrOffsetOutOfRange.
 	ErrOffsetBelowLogStart error = &refinement{"kepoch: offset below the log start offset (records deleted by retention)", kerr.OffsetOutOfRange}
 
+	// ErrLeaderUnreachable: a partition's leader has not answered its
+	// fetches for a while (a connection refused, reset or never answered,
+	// again and again). The client keeps trying, and fetches as soon as
+	// the leader answers or metadata names another; the error only says
+	// that nothing is read meanwhile. Wraps ErrNetworkException, so it is
+	// retriable.
+	ErrLeaderUnreachable error = &refinement{"kepoch: partition leader unreachable", kerr.NetworkException}
+
 	// ErrTopicIDChanged: the topic was deleted and recreated under the
 	// same name (its topic ID changed). Positions, leader epochs and
 	// producer sequences of the old incarnation mean nothing in the new

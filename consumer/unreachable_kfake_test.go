@@ -1,0 +1,81 @@
+package consumer_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/consumer"
+	"github.com/kepoch/kepoch/errors"
+)
+
+// A partition whose leader answers none of its fetches (here kfake closes
+// the connection of every Fetch) is reported in Poll's Errors once the
+// run of failures lasted MissingPartitionReport: one retriable error
+// matching ErrLeaderUnreachable, naming the partition, however long the
+// run goes on; the partition is not halted, and is read as soon as the
+// leader answers. A later run is reported again. The failures were only
+// retried, and the partition looked like a quiet one for as long as the
+// leader was unreachable.
+func TestUnreachableLeaderReported(t *testing.T) {
+	c := newClusterWith(t, 1, kfake.NumBrokers(1))
+	var failing atomic.Bool
+	var failed atomic.Int64
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		return nil, errors.New("refused"), true // closes the connection
+	})
+	cons := newConsumer(t, c, consumer.MissingPartitionReport(200*time.Millisecond))
+	assignAll(t, cons, 1, consumer.At(0))
+	next := int64(0)
+	for run := range 2 {
+		failing.Store(true)
+		before := failed.Load()
+		// Reported once the run lasted the bound (the failures come a
+		// retry backoff apart, 20 ms here).
+		var reports []error
+		for len(reports) == 0 {
+			_, evs, errs := pollUntil(t, cons, 0, 5*time.Second)
+			if len(evs) > 0 {
+				t.Fatalf("run %d: events %v", run, evs)
+			}
+			if len(errs) == 0 {
+				t.Fatalf("run %d: nothing reported after %d failed fetches\n%s", run, failed.Load()-before, consumer.DebugConsumer(cons))
+			}
+			reports = append(reports, errs...)
+		}
+		// The run goes on well past the report: not reported again.
+		n := failed.Load()
+		waitFor(t, 5*time.Second, "more failed fetches", func() bool { return failed.Load() >= n+10 })
+		failing.Store(false)
+		produceRange(t, c, 0, next, next+5)
+		var recs []consumer.Record
+		for len(recs) < 5 {
+			got, evs, errs := pollUntil(t, cons, 5-len(recs), 5*time.Second)
+			if len(got)+len(errs)+len(evs) == 0 {
+				t.Fatalf("run %d: the leader answers again, but records %d of 5\n%s", run, len(recs), consumer.DebugConsumer(cons))
+			}
+			if len(evs) > 0 {
+				t.Fatalf("run %d: events %v", run, evs)
+			}
+			recs, reports = append(recs, got...), append(reports, errs...)
+		}
+		checkInOrder(t, recs, map[int32]int64{0: next}, map[int32]int64{0: next + 5})
+		next += 5
+		if len(reports) != 1 {
+			t.Fatalf("run %d: %d reports, want one: %v", run, len(reports), reports)
+		}
+		pe, ok := errors.AsType[*errors.PartitionError](reports[0])
+		if !ok || !errors.Is(pe, errors.ErrLeaderUnreachable) || !errors.IsRetriable(pe) || pe.Topic != topic || pe.Partition != 0 || pe.Op != "fetch" {
+			t.Fatalf("run %d: report %v (%T); want a retriable *PartitionError for %s[0] matching ErrLeaderUnreachable", run, reports[0], reports[0], topic)
+		}
+		t.Logf("run %d: %v", run, pe)
+	}
+}
