@@ -246,9 +246,9 @@ func (c *Consumer) unusableLocked(p *part, a fetchReply, step replicaStep, now t
 	c.signalLocked()
 }
 
-// leaderRun is a partition's run of fetches sent to its leader that failed
-// as a whole: no answer came (a connection refused, reset or closed, no
-// answer in time).
+// leaderRun is a partition's run of requests sent to its leader (fetches,
+// OffsetForLeaderEpoch, ListOffsets) that failed as a whole: no answer came
+// (a connection refused, reset or closed, no answer in time).
 type leaderRun struct {
 	since    time.Time // the first failure of the run; zero: no run
 	broker   int32     // the leader that failed
@@ -256,8 +256,8 @@ type leaderRun struct {
 	reported bool      // the run was reported; it is not again
 }
 
-// afterLeaderFetch returns what a fetch sent to broker, the partition's
-// leader, leaves of the partition's run r, and whether the run is to be
+// afterLeaderFetch returns what a request (a fetch, OffsetForLeaderEpoch,
+// ListOffsets) sent to broker, the partition's leader, leaves of the partition's run r, and whether the run is to be
 // reported now: at the first failure at least bound after the run's first
 // (bound 0: at the first), once per run. A failure (failed: no answer, its
 // error) starts or extends the run of that broker (a failure of another
@@ -279,26 +279,35 @@ func afterLeaderFetch(r leaderRun, broker int32, failed error, now time.Time, bo
 	return r, true
 }
 
-// leaderFetchLocked applies to p's run of unanswered fetches the outcome
-// of its fetch in (failed: no answer, its error), if that fetch went to
-// the leader and the machine still awaits it, and tells Poll, once, about
-// a run that lasted MissingPartitionReport: an error in Fetches.Errors,
-// retriable, without halting the partition, which is fetched again as
-// usual meanwhile.
+// leaderFetchLocked applies the outcome of p's fetch in (failed: no
+// answer, its error) to p's run of unanswered requests
+// (leaderAnsweredLocked), if that fetch went to the leader and the machine
+// still awaits it.
 func (f *fetcher) leaderFetchLocked(in inflight, failed error, now time.Time) {
 	c, p := f.c, in.p
 	if f.id != in.leader || c.parts[p.tp] != p || !p.m.AwaitsFetch(in.req) {
 		return // a replica's (see unusableLocked), or stale
 	}
+	c.leaderAnsweredLocked(p, "fetch", f.id, failed, now)
+}
+
+// leaderAnsweredLocked applies to p's run of requests its leader left
+// unanswered (fetches, OffsetForLeaderEpoch, ListOffsets) the outcome of
+// one sent to broker, its leader (failed: no answer, its error; op: what
+// it was for, the report's Op), and tells
+// Poll, once, about a run that lasted MissingPartitionReport: an error in
+// Fetches.Errors, retriable, without halting the partition, whose requests
+// are sent again as usual meanwhile.
+func (c *Consumer) leaderAnsweredLocked(p *part, op string, broker int32, failed error, now time.Time) {
 	var report bool
-	if p.unreachable, report = afterLeaderFetch(p.unreachable, f.id, failed, now, c.cfg.missingAfter); !report {
+	if p.unreachable, report = afterLeaderFetch(p.unreachable, broker, failed, now, c.cfg.missingAfter); !report {
 		return
 	}
 	r := p.unreachable
 	pos, _ := p.m.Position()
-	c.errs = append(c.errs, &errors.PartitionError{Op: "fetch", Topic: p.tp.Topic, Partition: p.tp.Partition,
+	c.errs = append(c.errs, &errors.PartitionError{Op: op, Topic: p.tp.Topic, Partition: p.tp.Partition,
 		Offset: pos.Offset, LeaderEpoch: pos.Epoch,
-		Err: fmt.Errorf("%w (leader %d has answered no fetch for %v, last: %v; the partition is fetched again until it answers or metadata names another leader)",
+		Err: fmt.Errorf("%w (leader %d has answered no request for %v, last: %v; the partition's requests are sent again until it answers or metadata names another leader)",
 			errors.ErrLeaderUnreachable, r.broker, now.Sub(r.since).Round(time.Millisecond), r.last)})
 	c.signalLocked()
 }

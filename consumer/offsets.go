@@ -2,10 +2,12 @@ package consumer
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/seek"
 )
 
@@ -140,6 +142,7 @@ func (o *offsetRequests) sendValidate(broker int32, ps map[TopicPartition]seek.V
 	defer c.mu.Unlock()
 	defer func() { o.doneLocked(o.busyValidate, broker, len(o.validate[broker])) }()
 	answered := map[TopicPartition]bool{}
+	leaderAnswered(c, "validate", broker, ps, err)
 	if err == nil {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
@@ -190,6 +193,7 @@ func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListR
 	defer c.mu.Unlock()
 	defer func() { o.doneLocked(o.busyList, broker, len(o.list[broker])) }()
 	answered := map[TopicPartition]bool{}
+	leaderAnswered(c, "list offsets", broker, ps, err)
 	if err == nil {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
@@ -203,6 +207,28 @@ func (o *offsetRequests) sendList(broker int32, ps map[TopicPartition]seek.ListR
 	stepUnansweredLocked(c, ps, answered, func(l seek.ListRequest) seek.Event {
 		return seek.ListedOffset{Req: l.Req, Code: code, Offset: seek.NoOffset, Epoch: seek.NoEpoch}
 	})
+}
+
+// leaderAnswered applies the outcome of a request sent to broker for the
+// partitions of ps (err: the request's error) to their runs of requests
+// their leader left unanswered (leaderAnsweredLocked): an answer, whatever
+// its codes, ends the run of each; a failure with no answer (not a Kafka
+// code, the consumer not closing) starts or extends it for those whose
+// leader broker still is.
+func leaderAnswered[T any](c *Consumer, op string, broker int32, ps map[TopicPartition]T, err error) {
+	if c.ctx.Err() != nil {
+		return // closing
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		err = nil // answered, with a code for the whole request
+	}
+	now := time.Now()
+	for tp := range ps {
+		if p := c.parts[tp]; p != nil && (err == nil || p.m.Leader().ID == broker) {
+			c.leaderAnsweredLocked(p, op, broker, err, now)
+		}
+	}
 }
 
 // stepAnswerLocked steps the answer for tp, if tp was asked in ps and not

@@ -313,14 +313,16 @@ func OnTruncation(fn func(TruncationEvent)) Opt { return optFunc(func(c *cfg) { 
 // metadata lists, which is not yet a read; the leader's errors neither end
 // nor extend it, and a later run is reported again.
 //
-// So does a partition whose leader answers none of its fetches (a
-// connection refused, reset or closed, or no answer in time, fetch after
-// fetch): it is reported once, at the first failure MissingPartitionReport
-// or more after the first of the run, as a *errors.PartitionError (Op
-// "fetch", naming the leader and the last failure) matching
+// So does a partition whose leader answers none of its requests (a
+// connection refused, reset or closed, or no answer in time, request after
+// request: fetches, or the OffsetForLeaderEpoch and ListOffsets that
+// validate or place its position): it is reported once, at the first
+// failure MissingPartitionReport or more after the first of the run, as a
+// *errors.PartitionError (Op "fetch", "validate" or "list offsets",
+// naming the leader and the last failure) matching
 // errors.ErrLeaderUnreachable, which is retriable; the partition is not
-// halted and is fetched again as usual. Any answer of the leader ends the
-// run, and a later run is reported again.
+// halted and its requests are sent again as usual. Any answer of the
+// leader ends the run, and a later run is reported again.
 func MissingPartitionReport(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.missingAfter = d })
 }

@@ -79,3 +79,44 @@ func TestUnreachableLeaderReported(t *testing.T) {
 		t.Logf("run %d: %v", run, pe)
 	}
 }
+
+// A partition validating its position with a leader that answers none of
+// its OffsetForLeaderEpoch requests is reported the same way, once, and
+// goes on once the leader answers: the position is validated and the
+// records after it are read.
+func TestUnreachableLeaderReportedWhileValidating(t *testing.T) {
+	c := newClusterWith(t, 1, kfake.NumBrokers(1))
+	produceRange(t, c, 0, 0, 5)
+	var failing atomic.Bool
+	failing.Store(true)
+	var failed atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		return nil, errors.New("refused"), true // closes the connection
+	})
+	cons := newConsumer(t, c, consumer.MissingPartitionReport(200*time.Millisecond))
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.AtEpoch(5, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	_, evs, reports := pollUntil(t, cons, 0, 5*time.Second)
+	if len(evs) > 0 || len(reports) == 0 {
+		t.Fatalf("events %v, errors %v after %d failed validations; want a report\n%s", evs, reports, failed.Load(), consumer.DebugConsumer(cons))
+	}
+	n := failed.Load()
+	waitFor(t, 5*time.Second, "more failed validations", func() bool { return failed.Load() >= n+10 })
+	failing.Store(false)
+	produceRange(t, c, 0, 5, 10)
+	recs, evs, errs := pollUntil(t, cons, 5, 5*time.Second)
+	reports = append(reports, errs...)
+	if len(recs) != 5 || len(evs) > 0 || len(reports) != 1 {
+		t.Fatalf("once the leader answers: %d records, events %v, reports %v; want 5 records and one report", len(recs), evs, reports)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 5}, map[int32]int64{0: 10})
+	if pe, ok := errors.AsType[*errors.PartitionError](reports[0]); !ok || pe.Op != "validate" || !errors.Is(pe, errors.ErrLeaderUnreachable) || !errors.IsRetriable(pe) {
+		t.Fatalf("report %v; want a retriable validate error matching ErrLeaderUnreachable", reports[0])
+	}
+}
