@@ -256,15 +256,16 @@ type leaderRun struct {
 	reported bool      // the run was reported; it is not again
 }
 
-// afterLeaderFetch returns what a request (a fetch, OffsetForLeaderEpoch,
-// ListOffsets) sent to broker, the partition's leader, leaves of the partition's run r, and whether the run is to be
-// reported now: at the first failure at least bound after the run's first
-// (bound 0: at the first), once per run. A failure (failed: no answer, its
+// afterLeaderRequest returns what a request (a fetch, OffsetForLeaderEpoch,
+// ListOffsets) sent to broker, the partition's leader, leaves of the
+// partition's run r, and whether the run is to be reported now: at the
+// first failure at least bound after the run's first (bound 0: at the
+// first), once per run. A failure (failed: no answer, its
 // error) starts or extends the run of that broker (a failure of another
 // broker starts a new one); any answer of the broker, whatever its error
 // codes, ends it: the leader is reachable, and a later run is a new one,
 // reported again.
-func afterLeaderFetch(r leaderRun, broker int32, failed error, now time.Time, bound time.Duration) (leaderRun, bool) {
+func afterLeaderRequest(r leaderRun, broker int32, failed error, now time.Time, bound time.Duration) (leaderRun, bool) {
 	if failed == nil {
 		return leaderRun{}, false
 	}
@@ -294,13 +295,13 @@ func (f *fetcher) leaderFetchLocked(in inflight, failed error, now time.Time) {
 // leaderAnsweredLocked applies to p's run of requests its leader left
 // unanswered (fetches, OffsetForLeaderEpoch, ListOffsets) the outcome of
 // one sent to broker, its leader (failed: no answer, its error; op: what
-// it was for, the report's Op), and tells
-// Poll, once, about a run that lasted MissingPartitionReport: an error in
-// Fetches.Errors, retriable, without halting the partition, whose requests
-// are sent again as usual meanwhile.
+// it was for, the report's Op), and tells Poll, once, about a run that
+// lasted MissingPartitionReport: an error in Fetches.Errors, retriable,
+// without halting the partition, whose requests are sent again as usual
+// meanwhile.
 func (c *Consumer) leaderAnsweredLocked(p *part, op string, broker int32, failed error, now time.Time) {
 	var report bool
-	if p.unreachable, report = afterLeaderFetch(p.unreachable, broker, failed, now, c.cfg.missingAfter); !report {
+	if p.unreachable, report = afterLeaderRequest(p.unreachable, broker, failed, now, c.cfg.missingAfter); !report {
 		return
 	}
 	r := p.unreachable

@@ -65,8 +65,8 @@ type part struct {
 	// unusable is the partition's run of answers that leave it unread
 	// because of its read replica (afterUnusable).
 	unusable unusableRun
-	// unreachable is the partition's run of fetches its leader left
-	// unanswered (afterLeaderFetch).
+	// unreachable is the partition's run of requests its leader left
+	// unanswered (afterLeaderRequest).
 	unreachable leaderRun
 }
 

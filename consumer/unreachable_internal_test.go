@@ -7,10 +7,10 @@ import (
 	"github.com/kepoch/kepoch/errors"
 )
 
-// afterLeaderFetch reports a run of unanswered fetches once, at the first
+// afterLeaderRequest reports a run of unanswered requests once, at the first
 // failure bound after the run's first; an answer ends the run, and so does
 // (by starting another) a failure of another broker.
-func TestAfterLeaderFetch(t *testing.T) {
+func TestAfterLeaderRequest(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	fail := errors.New("refused")
 	type step struct {
@@ -44,7 +44,7 @@ func TestAfterLeaderFetch(t *testing.T) {
 		var r leaderRun
 		for i, s := range tc.steps {
 			var report bool
-			r, report = afterLeaderFetch(r, s.broker, s.failed, t0.Add(s.at), tc.bound)
+			r, report = afterLeaderRequest(r, s.broker, s.failed, t0.Add(s.at), tc.bound)
 			if report != s.report || r.since.IsZero() == s.run {
 				t.Errorf("%s: step %d: report %v, run %+v; want report %v, run open %v", tc.name, i, report, r, s.report, s.run)
 			}
