@@ -21,7 +21,8 @@ import (
 //		JoinGroup (retried with the member id on MEMBER_ID_REQUIRED, KIP-394)
 //		leader: decode every subscription, assign, encode
 //		SyncGroup → this member's assignment
-//		start heartbeating (a goroutine the loop waits for)
+//		start heartbeating (a goroutine the loop waits for; after REBALANCE_IN_PROGRESS it
+//		                    goes on until the revocation and assignment below are done)
 //		cooperative: revoke what moved (commit, OnRevoked); rejoin at once if anything was revoked
 //		             (a rejoin left unanswered for a session or rebalance timeout: OnLost)
 //		assign what is new (OffsetFetch with epochs, OnAssigned)
@@ -163,10 +164,22 @@ func (g *group) revokeEager(ctx context.Context, j *joined) {
 func (g *group) session(j joined, topics []string, counts map[string]int32, assigned tpSet, coop bool) {
 	sess, end := context.WithCancelCause(g.ctx)
 	defer end(nil)
+	// busy lasts while the session's revocation and assignment run
+	// (commits, callbacks): a rebalance that begins meanwhile does not
+	// stop the heartbeats until the member can rejoin, as Java's
+	// heartbeat thread goes on until JoinGroup is sent. Stopped at the
+	// first REBALANCE_IN_PROGRESS, a revocation slower than the session
+	// timeout got the member evicted while it still held partitions,
+	// and the coordinator gave them to others.
+	busy, idle := context.WithCancelCause(g.ctx)
+	defer idle(nil)
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
 		g.heartbeat(sess, end, j, nil)
+		if isCode(context.Cause(sess), kerr.RebalanceInProgress) {
+			g.heartbeat(busy, idle, j, kerr.RebalanceInProgress)
+		}
 	}()
 
 	owned := g.ownedSet()
@@ -175,6 +188,7 @@ func (g *group) session(j joined, topics []string, counts map[string]int32, assi
 	if err := g.assignParts(sess, added); err != nil && sess.Err() == nil {
 		g.surface("assign", err)
 	}
+	idle(nil)
 	if coop && len(revoked) > 0 {
 		end(errRejoin) // the partitions revoked can now go to their new owners
 	} else {
