@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -68,24 +69,35 @@ func (g *group) runConsumer() {
 	}
 	// Reconciliation (commits, callbacks, OffsetFetch) runs on its own
 	// goroutine, one at a time, so that heartbeats go on meanwhile; the
-	// loop waits for it before it returns or drops the partitions.
+	// loop waits for it before it returns or drops the partitions. A new
+	// assignment, or a fence, abandons the reading of the committed
+	// offsets of the one under way (never its revocation): that read may
+	// wait as long as a transaction stays open (UNSTABLE_OFFSET_COMMIT),
+	// and meanwhile the member reports the partitions as owned and could
+	// release none the coordinator moves.
 	var (
 		reconciling chan struct{} // closed when the running reconciliation ends; nil when none runs
 		changed     bool          // set by the reconciliation before it closes reconciling
 		pending     *kmsg.ConsumerGroupHeartbeatResponseAssignment
+		current     *kmsg.ConsumerGroupHeartbeatResponseAssignment // the running reconciliation's
+		abandon     context.CancelFunc
 	)
 	startReconcile := func() {
 		a := pending
 		pending = nil
 		done := make(chan struct{})
 		reconciling = done
+		rctx, cancel := context.WithCancel(ctx)
+		current, abandon = a, cancel
 		go func() {
 			defer close(done)
-			changed = g.reconcile848(ctx, a)
+			defer cancel()
+			changed = g.reconcile848(rctx, a)
 		}()
 	}
 	waitReconcile := func() {
 		if reconciling != nil {
+			abandon()
 			<-reconciling
 			reconciling = nil
 		}
@@ -162,8 +174,11 @@ func (g *group) runConsumer() {
 		}
 		if resp.Assignment != nil {
 			pending = resp.Assignment
-			if reconciling == nil {
+			switch {
+			case reconciling == nil:
 				startReconcile()
+			case !sameAssignment(current, pending):
+				abandon()
 			}
 		}
 		t := time.NewTimer(st.interval)
@@ -391,6 +406,24 @@ func (g *group) reconcile848(ctx context.Context, a *kmsg.ConsumerGroupHeartbeat
 		g.surface("assign", err)
 	}
 	return len(revoked) > 0 || len(added) > 0
+}
+
+// sameAssignment reports whether two KIP-848 assignments name the same
+// partitions (a full heartbeat's answer repeats an unchanged one).
+func sameAssignment(a, b *kmsg.ConsumerGroupHeartbeatResponseAssignment) bool {
+	set := func(x *kmsg.ConsumerGroupHeartbeatResponseAssignment) map[[16]byte]map[int32]bool {
+		out := map[[16]byte]map[int32]bool{}
+		for _, t := range x.Topics {
+			if out[t.TopicID] == nil {
+				out[t.TopicID] = map[int32]bool{}
+			}
+			for _, p := range t.Partitions {
+				out[t.TopicID][p] = true
+			}
+		}
+		return out
+	}
+	return maps.EqualFunc(set(a), set(b), maps.Equal)
 }
 
 // leaveConsumer leaves the group with member epoch -1 or, for a static
