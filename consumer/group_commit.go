@@ -508,27 +508,50 @@ func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
 			}
 		}
 	}
-	var err error
+	// A retry names only the partitions answered STALE_MEMBER_EPOCH: the
+	// others were stored, or refused for good, by the attempt that
+	// answered them, and what the caller is told of them is that answer.
+	var settled []error
+	todo := offsets
 	for attempt := 0; ; attempt++ {
-		var stale bool
-		stale, err = g.sendCommitOnce(ctx, offsets, gen, r.member, r.subscribed)
-		if !stale || attempt >= 5 || !sleep(ctx, 200*time.Millisecond) {
-			return err
+		failed, stale := g.sendCommitOnce(ctx, todo, gen, r.member, r.subscribed)
+		settled = append(settled, failed...)
+		if len(stale) == 0 || attempt >= 5 || !sleep(ctx, 200*time.Millisecond) {
+			return errors.Join(append(settled, staleErrs(stale)...)...)
 		}
 		// Retry with the new epoch only if the member is the same and
-		// still owns every partition of the commit, in the assignment
-		// the commit was made in.
+		// still owns every stale partition, in the assignment the
+		// commit was made in.
 		g.mu.Lock()
 		same := g.memberID == r.member && g.generation > 0
-		for tp := range offsets {
+		for tp := range stale {
 			same = same && g.ownsLocked(r, tp)
 		}
 		gen = g.generation
 		g.mu.Unlock()
 		if !same {
-			return err
+			return errors.Join(append(settled, staleErrs(stale)...)...)
+		}
+		todo = make(map[TopicPartition]OffsetAndMetadata, len(stale))
+		for tp := range stale {
+			todo[tp] = offsets[tp]
 		}
 	}
+}
+
+// staleErrs returns the errors of the partitions answered
+// STALE_MEMBER_EPOCH, in partition order.
+func staleErrs(stale map[TopicPartition]error) []error {
+	tps := make([]TopicPartition, 0, len(stale))
+	for tp := range stale {
+		tps = append(tps, tp)
+	}
+	sortTPs(tps)
+	out := make([]error, 0, len(tps))
+	for _, tp := range tps {
+		out = append(out, stale[tp])
+	}
+	return out
 }
 
 func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
@@ -540,7 +563,10 @@ func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
 	return out
 }
 
-func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, gen int32, member string, subscribed bool) (stale bool, err error) {
+// sendCommitOnce sends one OffsetCommit of offsets. It returns the
+// failures of its partitions, but those answered STALE_MEMBER_EPOCH, which
+// it returns apart (a KIP-848 commit may be retried with the new epoch).
+func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, gen int32, member string, subscribed bool) (failed []error, stale map[TopicPartition]error) {
 	c := g.c
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group = g.cfg.id
@@ -571,11 +597,10 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	}
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
-		var errs []error
 		for _, tp := range sortedKeys(offsets) {
-			errs = append(errs, commitErr(tp, offsets[tp], err))
+			failed = append(failed, commitErr(tp, offsets[tp], err))
 		}
-		return false, errors.Join(errs...)
+		return failed, nil
 	}
 	if req.Version < 6 {
 		// A coordinator before Kafka 2.1 stores no leader epochs: the
@@ -588,7 +613,6 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 			}
 		}
 	}
-	var errs []error
 	answered := map[TopicPartition]bool{}
 	c.mu.Lock()
 	for _, t := range resp.Topics {
@@ -603,9 +627,15 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 				continue
 			}
 			answered[tp] = true
+			if rp.ErrorCode == kerr.StaleMemberEpoch.Code {
+				if stale == nil {
+					stale = map[TopicPartition]error{}
+				}
+				stale[tp] = commitErr(tp, om, errors.FromCode(rp.ErrorCode))
+				continue
+			}
 			if rp.ErrorCode != 0 {
-				stale = stale || rp.ErrorCode == kerr.StaleMemberEpoch.Code
-				errs = append(errs, commitErr(tp, om, errors.FromCode(rp.ErrorCode)))
+				failed = append(failed, commitErr(tp, om, errors.FromCode(rp.ErrorCode)))
 				continue
 			}
 			g.committed[tp] = om
@@ -614,10 +644,10 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	c.mu.Unlock()
 	for _, tp := range sortedKeys(offsets) {
 		if !answered[tp] {
-			errs = append(errs, commitErr(tp, offsets[tp], fmt.Errorf("partition missing from the OffsetCommit answer")))
+			failed = append(failed, commitErr(tp, offsets[tp], fmt.Errorf("partition missing from the OffsetCommit answer")))
 		}
 	}
-	return stale, errors.Join(errs...)
+	return failed, stale
 }
 
 // topicIDs returns the topic IDs of the offsets' topics, refreshing
