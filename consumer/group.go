@@ -570,8 +570,12 @@ func (g *group) close(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 	if g.cfg.autoCommit {
-		if offs := g.consumedOffsets(); len(offs) > 0 {
-			if err := g.commitWait(ctx, offs); err != nil {
+		g.c.mu.Lock()
+		offs := g.consumedOffsetsLocked()
+		ids := g.incarnationsLocked(offs)
+		g.c.mu.Unlock()
+		if len(offs) > 0 {
+			if err := g.commitWait(ctx, offs, ids); err != nil {
 				errs = append(errs, fmt.Errorf("consumer: Close: commit: %w", err))
 			}
 		}

@@ -88,6 +88,43 @@ type commitReq struct {
 	member     string
 	subscribed bool
 	owners     map[TopicPartition]uint64
+	// ids names, per partition, the topic ID of the incarnation the
+	// partition was reading when the commit's offsets were read (zero:
+	// not known). An offset of a deleted incarnation is refused when
+	// metadata names another by the time the commit is sent.
+	ids map[TopicPartition][16]byte
+}
+
+// incarnationsLocked returns the topic ID of the incarnation each
+// partition of offsets is reading now (Consumer.mu held).
+func (g *group) incarnationsLocked(offsets map[TopicPartition]OffsetAndMetadata) map[TopicPartition][16]byte {
+	ids := make(map[TopicPartition][16]byte, len(offsets))
+	for tp := range offsets {
+		if p := g.c.parts[tp]; p != nil && p.topicID != ([16]byte{}) {
+			ids[tp] = p.topicID
+		}
+	}
+	return ids
+}
+
+// dropOtherIncarnations refuses, before r is sent, the partitions whose
+// offsets were read in an incarnation of their topic that metadata no
+// longer names (deleted and created again while the commit waited): an
+// offset of the deleted log, stored for the new one, makes the next owner
+// start past records nobody read (or report a truncation that is none).
+// OffsetCommit v10 names topics by ID, but metadata's, and older versions
+// by name only, so either would store it.
+func (g *group) dropOtherIncarnations(r *commitReq) {
+	for _, tp := range sortedKeys(r.offsets) {
+		was, ok := r.ids[tp]
+		if !ok {
+			continue
+		}
+		if tm, err := g.c.meta.Topic(tp.Topic); err == nil && tm.ID != ([16]byte{}) && tm.ID != was {
+			r.pre = append(r.pre, commitErr(tp, r.offsets[tp], fmt.Errorf("%w: the offset is of an incarnation of the topic deleted since", errors.ErrTopicIDChanged)))
+			delete(r.offsets, tp)
+		}
+	}
 }
 
 // takeMembershipLocked records in r the membership of this moment (g.mu
@@ -204,6 +241,7 @@ func (g *group) commitLoop() {
 				g.resolve(r)
 			}
 			g.dropUnowned(r)
+			g.dropOtherIncarnations(r)
 			if len(r.offsets) > 0 {
 				ctx, cancel := context.WithCancel(r.ctx)
 				stop := context.AfterFunc(c.ctx, cancel)
@@ -224,14 +262,16 @@ func (g *group) resolve(r *commitReq) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r.offsets = r.compute()
+	r.ids = g.incarnationsLocked(r.offsets)
 	g.mu.Lock()
 	g.takeMembershipLocked(r)
 	g.mu.Unlock()
 }
 
-// commitWait queues offsets and waits for the answer or ctx.
-func (g *group) commitWait(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
-	return g.await(ctx, &commitReq{ctx: ctx, offsets: offsets})
+// commitWait queues offsets, read in the incarnations ids names, and
+// waits for the answer or ctx.
+func (g *group) commitWait(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, ids map[TopicPartition][16]byte) error {
+	return g.await(ctx, &commitReq{ctx: ctx, offsets: offsets, ids: ids})
 }
 
 // commitWaitFor queues a commit of what compute returns when the commit is
@@ -273,11 +313,11 @@ func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]Of
 	if offsets == nil {
 		offsets = g.consumedOffsets()
 	}
-	ok, refused := g.screen(offsets)
+	ok, ids, refused := g.screen(offsets)
 	if len(ok) == 0 {
 		return errors.Join(refused...)
 	}
-	return errors.Join(append(refused, g.await(ctx, &commitReq{ctx: ctx, offsets: ok, explicit: true}))...)
+	return errors.Join(append(refused, g.await(ctx, &commitReq{ctx: ctx, offsets: ok, ids: ids, explicit: true}))...)
 }
 
 // CommitAsync queues a commit of offsets (nil: everything Poll has
@@ -305,8 +345,8 @@ func (c *Consumer) CommitAsync(offsets map[TopicPartition]OffsetAndMetadata, don
 	if offsets == nil {
 		offsets = g.consumedOffsets()
 	}
-	ok, refused := g.screen(offsets)
-	g.enqueue(&commitReq{ctx: context.Background(), offsets: ok, pre: refused, done: done, explicit: true})
+	ok, ids, refused := g.screen(offsets)
+	g.enqueue(&commitReq{ctx: context.Background(), offsets: ok, ids: ids, pre: refused, done: done, explicit: true})
 }
 
 // Consumed returns what CommitSync(ctx, nil) commits: for every fetching
@@ -345,8 +385,9 @@ func commitErr(tp TopicPartition, om OffsetAndMetadata, err error) error {
 }
 
 // screen applies commit hygiene to explicit offsets: it returns those to
-// send and an error per refused partition.
-func (g *group) screen(offsets map[TopicPartition]OffsetAndMetadata) (map[TopicPartition]OffsetAndMetadata, []error) {
+// send, the incarnation each partition reads now, and an error per refused
+// partition.
+func (g *group) screen(offsets map[TopicPartition]OffsetAndMetadata) (map[TopicPartition]OffsetAndMetadata, map[TopicPartition][16]byte, []error) {
 	c := g.c
 	ok := make(map[TopicPartition]OffsetAndMetadata, len(offsets))
 	var refused []error
@@ -372,7 +413,7 @@ func (g *group) screen(offsets map[TopicPartition]OffsetAndMetadata) (map[TopicP
 		}
 		ok[tp] = om
 	}
-	return ok, refused
+	return ok, g.incarnationsLocked(ok), refused
 }
 
 // wantCommitLocked reports whether pos should be committed for tp: it
@@ -392,9 +433,14 @@ func (g *group) wantCommitLocked(tp TopicPartition, pos Position) (OffsetAndMeta
 // consumedOffsets returns the current positions of the fetching partitions
 // that are worth committing.
 func (g *group) consumedOffsets() map[TopicPartition]OffsetAndMetadata {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	return g.consumedOffsetsLocked()
+}
+
+// consumedOffsetsLocked is consumedOffsets with Consumer.mu held.
+func (g *group) consumedOffsetsLocked() map[TopicPartition]OffsetAndMetadata {
 	c := g.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := map[TopicPartition]OffsetAndMetadata{}
 	for tp, p := range c.parts {
 		if p.m.State() != seek.StateFetching {
