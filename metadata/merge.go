@@ -62,7 +62,13 @@ import (
 //  8. A topic-level error keeps the cached partitions and records the
 //     error on the topic. UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (or
 //     absence from an all-topics answer) n consecutive times removes the
-//     partitions (0 = never).
+//     partitions (0 = never). The removed partitions' epochs are kept: an
+//     answer naming the topic again under the same ID with a partition
+//     below its removed epoch is held back (the topic stays removed) until
+//     n consecutive answers say so, as rule 4 holds back a lower epoch;
+//     epochs of one topic ID never go back because the cache had dropped
+//     them (a broker lagging behind the deletion, or one that called it
+//     unknown wrongly).
 //  9. Epochs from Metadata answers below v9 are not trusted (KAFKA-9212)
 //     and read as -1.
 //
@@ -91,6 +97,11 @@ type topicState struct {
 	moves      []idMove          // IDs brokers were seen moving from and to, newest last (at most maxMoves)
 	challenger TopicID           // an ID not shown newer than the cached one…
 	challenges int               // …named by this many consecutive answers
+
+	// removed holds the partitions rule 8 removed (of ID), and returns
+	// counts consecutive answers naming ID again below their epochs.
+	removed []Partition
+	returns int
 }
 
 // idMove: a broker answered from, then to.
@@ -265,6 +276,9 @@ func mergeTopic(old *topicState, rt respTopic, n int, broker int32) (*topicState
 		return nt.observe(broker, rt.id), events
 	}
 	if len(old.Partitions) == 0 {
+		if held, nt := old.holdReturn(rt, n); held {
+			return nt, nil
+		}
 		return freshTopic(old, rt, false)
 	}
 
@@ -340,6 +354,7 @@ func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event
 		return nt, nil
 	}
 	nt.missing++
+	nt.returns = 0
 	if n <= 0 || nt.missing < n || len(nt.Partitions) == 0 {
 		return nt, nil
 	}
@@ -349,8 +364,34 @@ func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event
 		gone.Leader, gone.LeaderEpoch = -1, -1
 		events = append(events, event(PartitionRemoved, FromMetadata, p, gone))
 	}
+	nt.removed = nt.Partitions
 	nt.Partitions, nt.rewinds = nil, nil
 	return nt, events
+}
+
+// holdReturn applies rule 8's floor to an answer naming a removed topic:
+// it reports whether the answer is held back (and the topic returned with
+// the count), because it names the removed partitions' topic ID with a
+// partition below the epoch it had, fewer than n times in a row.
+func (t *topicState) holdReturn(rt respTopic, n int) (bool, *topicState) {
+	if len(t.removed) == 0 || t.ID.IsZero() || rt.id != t.ID {
+		return false, t
+	}
+	below := false
+	for _, rp := range rt.partitions {
+		if i := int(rp.partition); i >= 0 && i < len(t.removed) && rp.epoch >= 0 && rp.epoch < t.removed[i].LeaderEpoch {
+			below = true
+		}
+	}
+	if !below {
+		return false, t
+	}
+	c := *t
+	c.returns++
+	if n > 0 && c.returns >= n {
+		return false, &c
+	}
+	return true, &c
 }
 
 // freshTopic builds a topic seen for the first time (or again, after its

@@ -318,6 +318,36 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
+			// A broker lagging behind (or one that named it unknown
+			// wrongly) must not take a topic's epochs back because the
+			// cache had dropped its partitions.
+			name: "a removed topic comes back under its ID below its epochs only after N answers in a row",
+			n:    N,
+			steps: []step{
+				{in: from(2, answer(tp("t", A, p(0, 1, 5), p(1, 2, 4)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 5}, {PartitionAdded, "t", 1, -1, -1, 2, 4}}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{{PartitionRemoved, "t", 0, 1, 5, -1, -1}, {PartitionRemoved, "t", 1, 2, 4, -1, -1}}},
+				{in: answer(tp("t", A, p(0, 3, 3), p(1, 2, 4))), events: []ev{}, after: []le{{"t", 0, -1, -1}}},
+				{in: answer(tp("t", A, p(0, 3, 3), p(1, 2, 4))), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}}, // the count starts again
+				{in: answer(tp("t", A, p(0, 3, 3), p(1, 2, 4))), events: []ev{}},
+				{in: answer(tp("t", A, p(0, 3, 3), p(1, 2, 4))), events: []ev{}},
+				{in: answer(tp("t", A, p(0, 3, 3), p(1, 2, 4))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 3, 3}, {PartitionAdded, "t", 1, -1, -1, 2, 4}}, after: []le{{"t", 0, 3, 3}}},
+			},
+		},
+		{
+			name: "a removed topic comes back under its ID at or above its epochs at once",
+			n:    N,
+			steps: []step{
+				{in: from(2, answer(tp("t", A, p(0, 1, 5)))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 1, 5}}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{}},
+				{in: answer(terr("t", unknownTopic)), events: []ev{{PartitionRemoved, "t", 0, 1, 5, -1, -1}}},
+				{in: answer(tp("t", A, p(0, 2, 5))), events: []ev{{PartitionAdded, "t", 0, -1, -1, 2, 5}}, after: []le{{"t", 0, 2, 5}}},
+			},
+		},
+		{
 			name: "other topic errors keep the partitions",
 			n:    1,
 			steps: []step{
