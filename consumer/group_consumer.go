@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -371,9 +372,21 @@ func (g *group) topicNames(ctx context.Context, ids [][16]byte) map[[16]byte]str
 			}
 		}
 	}
+	// A name may have two IDs here while its topic is recreated (the
+	// assignment's and metadata's): the member's partitions of it are
+	// reported under the one the assignment names, as the coordinator
+	// knows them.
 	g.mu.Lock()
 	for id, n := range out {
-		g.nameOf[id], g.idOf[n] = n, id
+		g.nameOf[id] = n
+		if !slices.Contains(ids, id) {
+			g.idOf[n] = id
+		}
+	}
+	for _, id := range ids {
+		if n, ok := out[id]; ok {
+			g.idOf[n] = id
+		}
 	}
 	g.mu.Unlock()
 	return out
