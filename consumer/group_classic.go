@@ -211,7 +211,7 @@ func (g *group) afterSession(cause error) {
 	case isCode(cause, kerr.UnknownMemberID):
 		g.loseAll(true)
 	case isCode(cause, kerr.FencedInstanceID):
-		g.fatal("heartbeat", cause)
+		g.fatal("heartbeat", kerr.FencedInstanceID) // cause is the heartbeat's GroupError already
 	}
 }
 
