@@ -53,6 +53,11 @@ is_node() {
   [ -n "$2" ] && tr '\0' '\n' 2>/dev/null <"/proc/$2/cmdline" | grep -xF -- "-Dkafka.logs.dir=$(node_dir "$1")/logs" >/dev/null
 }
 alive() { is_node "$1" "$(pid_of "$1")"; }
+# gone PID: the process has exited (no such process, or a zombie). For the
+# process launch just started: until its fork has exec'd java its cmdline
+# is still this script's, so is_node cannot tell it is starting (a loaded
+# machine showed that as "died while starting" for a JVM that came up).
+gone() { [ ! -e "/proc/$1" ] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 valid_node() { case " ${NODES[*]} " in *" $1 "*) ;; *) die "unknown node '$1' (nodes: ${NODES[*]})";; esac; }
 
@@ -223,7 +228,7 @@ wait_ready() {
     # when more than a pipe's worth of log follows, and with pipefail the
     # line is never seen.
     if tail -c +$((off + 1)) "$d/logs/server.log" 2>/dev/null | grep -F "$READY_LINE" >/dev/null; then return 0; fi
-    if ! alive "$n"; then
+    if gone "$(pid_of "$n")"; then
       log "node $n died while starting; last log lines:"
       tail -n 40 "$d/logs/server.log" "$d/logs/stdout.log" >&2 2>/dev/null || true
       return 1
