@@ -345,6 +345,16 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // topic's error when the brokers refuse it for good (not retriable) in an
 // answer to a request sent after the call began.
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
+	return r.WaitForPartitions(ctx, topic, 1)
+}
+
+// WaitForPartitions is WaitForTopic waiting until the topic has at least n
+// partitions (n < 1 is taken as 1): partitions just added to a topic
+// (CreatePartitions) are missing from the cache until a refresh answers
+// them. Its refreshes go through the refresher's one goroutine, so they
+// are coalesced with every other trigger and spaced by the backoff.
+func (r *Refresher) WaitForPartitions(ctx context.Context, topic string, n int32) (Topic, Version, error) {
+	n = max(n, 1)
 	var t Topic
 	var v Version
 	r.mu.Lock()
@@ -363,7 +373,7 @@ func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Vers
 			// stale, an ACL since granted): waiting cannot help.
 			return true, err
 		}
-		return err == nil && len(t.Partitions) > 0, nil
+		return err == nil && len(t.Partitions) >= int(n), nil
 	})
 	if err != nil && (errors.Is(err, errors.ErrClosed) || ctx.Err() != nil) {
 		return Topic{}, Version{}, err

@@ -228,8 +228,12 @@ func RequestTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.reque
 // errors.ErrMetadataTimeout and the topic's last error, typically
 // errors.ErrUnknownTopicOrPartition: a misspelt topic, or one that is not
 // created, fails instead of blocking as long as the context allows
-// (forever with context.Background). The call's context still ends the
-// wait earlier.
+// (forever with context.Background). A record with an explicit partition
+// the cached metadata does not have (partitions just added with
+// CreatePartitions) waits the same way for a refresh to show it; past
+// MetadataWait it fails with a *errors.PartitionError naming the partition,
+// matching errors.ErrMetadataTimeout and saying "no such partition". The
+// call's context still ends the wait earlier.
 func MetadataWait(d time.Duration) Opt { return optFunc(func(c *cfg) { c.metaWait = d }) }
 
 // DefaultMetadataWait is the default MetadataWait.

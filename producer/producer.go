@@ -288,7 +288,8 @@ func (p *Producer) Bumps() int {
 
 // Produce buffers r for sending and calls cb once with its delivery report
 // (cb may be nil). It blocks while the buffer is full, until ctx ends, and
-// while the topic's partitions are not known, until ctx ends or for
+// while the topic's partitions are not known (or, for an explicit
+// partition, until metadata shows that partition), until ctx ends or for
 // MetadataWait at most. A record whose batch would be larger than
 // MaxRequestBytes is refused at once with a *errors.PartitionError matching
 // errors.ErrMessageTooLarge (cb is not called); one the brokers refuse as
@@ -325,7 +326,14 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
 			Err: fmt.Errorf("%w: a record of %d bytes makes a batch larger than MaxRequestBytes (%d)", errors.ErrMessageTooLarge, size, p.cfg.requestBytes)}
 	}
-	nparts, topicID, err := p.topic(ctx, r.Topic)
+	need := int32(1)
+	if r.ExplicitPartition && r.Partition >= 0 && r.Partition < math.MaxInt32 {
+		// A partition beyond the cached count may have just been added
+		// (CreatePartitions): wait for metadata to show it, as for an
+		// unknown topic.
+		need = r.Partition + 1
+	}
+	nparts, topicID, err := p.topic(ctx, r.Topic, need)
 	if err != nil {
 		return err
 	}
@@ -633,9 +641,13 @@ func (p *Producer) hasLeader(topic string, partition int32) bool {
 	return err == nil && lp.Leader >= 0
 }
 
-// topic returns the partition count and topic ID, waiting for metadata.
-func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, error) {
-	if sh := p.lastShape.Load(); sh != nil && sh.name == name && sh.version == p.meta.Version() {
+// topic returns the partition count and topic ID, waiting for metadata
+// until the topic has at least need partitions (need >= 1), for
+// MetadataWait at most: a topic not yet known, or partitions just added to
+// it, show in a refresh. The waits' refreshes are the shared refresher's,
+// spaced by its backoff.
+func (p *Producer) topic(ctx context.Context, name string, need int32) (int32, [16]byte, error) {
+	if sh := p.lastShape.Load(); sh != nil && sh.name == name && sh.version == p.meta.Version() && sh.partitions >= need {
 		return sh.partitions, sh.id, nil
 	}
 	if _, ok := p.watched.Load(name); !ok {
@@ -647,13 +659,13 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 		p.mu.Unlock()
 	}
 	t, v, err := p.meta.TopicAt(name)
-	if err != nil || len(t.Partitions) == 0 {
+	if err != nil || len(t.Partitions) < int(need) {
 		// Only the partition count is needed, not any partition's
 		// leader; Close ends the wait (a shared refresher is not
 		// closed with the producer), and so does MetadataWait.
 		wctx, cancel := context.WithTimeoutCause(ctx, p.cfg.metaWait, errMetadataWait)
 		stop := context.AfterFunc(p.ctx, cancel)
-		t, v, err = p.meta.WaitForTopic(wctx, name)
+		t, v, err = p.meta.WaitForPartitions(wctx, name, need)
 		stop()
 		cancel()
 		if err != nil {
@@ -664,7 +676,7 @@ func (p *Producer) topic(ctx context.Context, name string) (int32, [16]byte, err
 				err = p.closeErr
 				p.mu.Unlock()
 			case context.Cause(wctx) == errMetadataWait:
-				err = p.metadataTimeout(name)
+				err = p.metadataTimeout(name, need)
 			}
 			return 0, [16]byte{}, err
 		}
@@ -680,14 +692,20 @@ var errMetadataWait = errors.New("metadata wait over")
 
 // metadataTimeout is Produce's error for a topic whose partitions did not
 // arrive within MetadataWait: ErrMetadataTimeout with the topic's last
-// error from metadata.
-func (p *Producer) metadataTimeout(name string) error {
+// error from metadata, or, when the topic is known with fewer than need
+// partitions (a record for partition need-1), the missing partition's
+// error, "no such partition".
+func (p *Producer) metadataTimeout(name string, need int32) error {
 	last := fmt.Errorf("topic has no partitions")
-	if _, _, err := p.meta.TopicAt(name); err != nil {
+	t, _, err := p.meta.TopicAt(name)
+	if err != nil {
 		last = err
 		if pe, ok := errors.AsType[*errors.PartitionError](err); ok {
 			last = pe.Err
 		}
+	} else if n := int32(len(t.Partitions)); n < need {
+		return &errors.PartitionError{Op: "produce", Topic: name, Partition: need - 1, Offset: -1, LeaderEpoch: -1,
+			Err: fmt.Errorf("%w after %v: no such partition (topic has %d)", errors.ErrMetadataTimeout, p.cfg.metaWait, n)}
 	}
 	return &errors.PartitionError{Op: "produce", Topic: name, Partition: -1, Offset: -1, LeaderEpoch: -1,
 		Err: fmt.Errorf("%w after %v: %w", errors.ErrMetadataTimeout, p.cfg.metaWait, last)}

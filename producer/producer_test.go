@@ -469,12 +469,21 @@ func TestSendOffsetsToTransaction(t *testing.T) {
 	}
 }
 
-// TestProduceFollowsPartitionGrowth: Produce keeps what it needs of a topic
-// (its partition count and ID) only while the metadata it came from is
-// current, so partitions added to the topic are used after the next refresh.
+// TestProduceFollowsPartitionGrowth: a record for a partition the
+// producer's metadata does not have waits, for MetadataWait at most, for a
+// refresh to show it (as the Java client waits up to max.block.ms), and
+// fails with ErrMetadataTimeout and "no such partition" if none does.
+// Partitions added to the topic after the producer cached its count
+// (CreatePartitions) are then used at once, with no periodic refresh to
+// wait for, by explicit and keyed records alike.
 func TestProduceFollowsPartitionGrowth(t *testing.T) {
 	c := newCluster(t, 1)
-	p := newProducer(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+	const wait = 300 * time.Millisecond
+	p := newProducer(t, c, producer.MetadataMaxAge(time.Hour), producer.MetadataWait(wait))
+	// q caches the count too, and has waited for nothing: its refresher
+	// is not backing off when the partitions are added (p's, whose wait
+	// found nothing, may be, for up to a second).
+	q := newProducer(t, c, producer.MetadataMaxAge(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	to2 := func() *producer.Record {
@@ -483,28 +492,40 @@ func TestProduceFollowsPartitionGrowth(t *testing.T) {
 	if _, err := p.ProduceSync(ctx, prec(0, "p0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.ProduceSync(ctx, to2()); err == nil || !strings.Contains(err.Error(), "topic has 1") {
+	if _, err := q.ProduceSync(ctx, prec(0, "q0")); err != nil {
+		t.Fatal(err)
+	}
+	metas := observe(c, kmsg.Metadata)
+	began := time.Now()
+	_, err := p.ProduceSync(ctx, to2())
+	took := time.Since(began)
+	asked := metas.Hits()
+	pe, ok := errors.AsType[*errors.PartitionError](err)
+	if !ok || pe.Partition != 2 || !errors.Is(err, errors.ErrMetadataTimeout) || !strings.Contains(err.Error(), "no such partition (topic has 1)") {
 		t.Fatalf("partition 2 of a 1-partition topic: %v", err)
+	}
+	if took < wait || took > wait+5*time.Second {
+		t.Fatalf("partition 2 of a 1-partition topic failed after %v; want MetadataWait (%v)", took, wait)
+	}
+	if asked == 0 || asked > 5 {
+		// Refreshes spaced by the refresher's backoff (100 ms, then
+		// doubling): a few in 300 ms, not one per poll.
+		t.Fatalf("%d Metadata requests while waiting %v for partition 2", asked, took)
+	}
+	if err := p.Produce(ctx, &producer.Record{Topic: topic, Partition: -1, ExplicitPartition: true}, nil); err == nil || errors.Is(err, errors.ErrMetadataTimeout) {
+		t.Fatalf("partition -1: %v; want an immediate refusal", err)
 	}
 	adm := kadm.NewClient(oracle(t, c))
 	if _, err := adm.CreatePartitions(ctx, 2, topic); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		res, err := p.ProduceSync(ctx, to2())
-		if err == nil {
-			if res[0].Partition != 2 {
-				t.Fatalf("reported partition %d", res[0].Partition)
-			}
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("partition 2 never usable after the topic grew: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	res, err := q.ProduceSync(ctx, to2())
+	if err != nil || res[0].Partition != 2 {
+		t.Fatalf("partition 2 after the topic grew: %+v, %v", res, err)
 	}
+	wantLog(t, c, 2, []string{"p2"})
 	key := []byte("k")
-	res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Key: key, Value: []byte("keyed")})
+	res, err = q.ProduceSync(ctx, &producer.Record{Topic: topic, Key: key, Value: []byte("keyed")})
 	if err != nil || res[0].Partition != producer.KeyPartition(key, 3) {
 		t.Fatalf("keyed record after growth: %+v, %v (want partition %d)", res, err, producer.KeyPartition(key, 3))
 	}

@@ -110,7 +110,7 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 		commit.Generation = -1
 	}
 	for topic, ps := range offsets {
-		_, topicID, err := p.topic(ctx, topic) // TxnOffsetCommit v6+ names topics by ID
+		_, topicID, err := p.topic(ctx, topic, 1) // TxnOffsetCommit v6+ names topics by ID
 		if err != nil {
 			return p.offsetsErr(p.offsetsFailed(OffsetsResult{Request: OffsetsCommit, Delivery: NotSent, Err: err}))
 		}
