@@ -45,3 +45,14 @@ func TxnMayHaveStarted(p *Producer) bool {
 	defer p.mu.Unlock()
 	return p.txn.mayHaveStarted()
 }
+
+// PartitionLeaderEpoch is the leader epoch p's partition state holds (the
+// last metadata event the producer applied for it), -1 if none.
+func PartitionLeaderEpoch(p *Producer, topic string, partition int32) int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ps := p.parts[TopicPartition{topic, partition}]; ps != nil {
+		return ps.epoch
+	}
+	return -1
+}

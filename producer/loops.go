@@ -389,6 +389,14 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	} else {
 		tp = t.probe.TP
 	}
+	if (t.query != nil && !p.ledger.Wants(*t.query)) || (t.probe != nil && !p.ledger.WantsProbe(*t.probe)) {
+		// Superseded (a newer leader epoch, a recheck, the topic
+		// recreated): the ledger has asked its new question, and this
+		// one, sent or resent, would only be refused as fenced or
+		// answered Stale.
+		p.mu.Unlock()
+		return
+	}
 	ps := p.parts[tp]
 	if ps == nil || ps.leader < 0 {
 		p.mu.Unlock()

@@ -326,6 +326,22 @@ func (l *AckLedger) nextQuery(tp TopicPartition, p *ledgerPart) (EpochQuery, boo
 	return q, true
 }
 
+// Wants reports whether q is still the question the ledger waits on for
+// its partition: false once it was answered, or superseded by a newer
+// leader epoch, a Recheck or a Forget. A question it no longer wants is
+// not worth sending (its answer would be Stale): in particular not again
+// after the new leader refused it as fenced.
+func (l *AckLedger) Wants(q EpochQuery) bool {
+	p := l.parts[q.TP]
+	return p != nil && p.query != nil && p.query.id == q.id
+}
+
+// WantsProbe is Wants for a probe.
+func (l *AckLedger) WantsProbe(pr Probe) bool {
+	p := l.parts[pr.TP]
+	return p != nil && p.probe != nil && p.probe.id == pr.id
+}
+
 // ApplyEpochEnd applies the answer to q. Only the latest query of a partition
 // is applied; others are Stale.
 func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {

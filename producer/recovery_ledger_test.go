@@ -355,3 +355,31 @@ func TestLedgerProbeGapNotOurs(t *testing.T) {
 		t.Fatalf("unconfirmed %+v; want [120, 130), marked Unconfirmed", u)
 	}
 }
+
+// TestLedgerWants: a question is wanted until it is answered or superseded
+// (a newer leader epoch, a recheck, a Forget).
+func TestLedgerWants(t *testing.T) {
+	l := NewAckLedger(0)
+	rec(t, l, 0, 10, 3, true)
+	q4, _ := l.ObserveLeaderEpoch(tp0, 4)
+	if !l.Wants(q4) {
+		t.Fatal("the current question is not wanted")
+	}
+	q5, _ := l.ObserveLeaderEpoch(tp0, 5)
+	if l.Wants(q4) || !l.Wants(q5) {
+		t.Fatal("a question superseded by a newer epoch is still wanted")
+	}
+	q6, _ := l.Recheck(tp0, 5)
+	if l.Wants(q5) || !l.Wants(q6) {
+		t.Fatal("a question superseded by a recheck is still wanted")
+	}
+	l.ApplyEpochEnd(q6, EpochEnd{Epoch: 3, EndOffset: 10})
+	if l.Wants(q6) {
+		t.Fatal("an answered question is still wanted")
+	}
+	q7, _ := l.ObserveLeaderEpoch(tp0, 7)
+	l.Forget(tp0)
+	if l.Wants(q7) {
+		t.Fatal("a question about a forgotten partition is still wanted")
+	}
+}
