@@ -252,7 +252,10 @@ func MaxInFlight(n int) Opt { return optFunc(func(c *cfg) { c.maxInFlight = n })
 func WithPartitioner(p Partitioner) Opt { return optFunc(func(c *cfg) { c.partitioner = p }) }
 
 // AckLedgerRanges bounds the acknowledged ranges remembered per partition
-// for acked-write loss detection (default 1024).
+// for acked-write loss detection (default 1024). Past it the oldest ranges
+// are dropped; a loss that later reaches the oldest range still held
+// reports the dropped offsets to OnAckedWritesLost once, Unconfirmed and
+// Untracked (they may be gone too; the producer can no longer tell).
 func AckLedgerRanges(n int) Opt { return optFunc(func(c *cfg) { c.ledgerRanges = n }) }
 
 // OnOutcome is called for every KIP-360 recovery outcome (a batch resent

@@ -101,6 +101,14 @@ type AckedWritesLost struct {
 	// identity, or offsets in a gap compaction may have left). It is no
 	// longer tracked; the application decides what to check.
 	Unconfirmed bool
+	// Untracked (with Unconfirmed): the range is offsets whose
+	// acknowledged ranges the ledger's bound (AckLedgerRanges) had
+	// dropped, reported because a loss reached the oldest range it still
+	// held: what was acknowledged below that range may be gone too, and
+	// the ledger cannot tell. Offsets in it may be other producers';
+	// LeaderEpoch is -1, Producer NoProducerID and FirstSequence -1.
+	// Reported once per offset.
+	Untracked bool
 }
 
 // CheckResult is the outcome of one answer applied to the ledger.
@@ -150,6 +158,9 @@ type ledgerPart struct {
 	query       *EpochQuery
 	probe       *Probe
 	forgotten   int64 // the bound dropped ranges ending at or below this offset
+	// forgottenFrom is the lowest offset of a dropped range (-1: none);
+	// forgottenTold how far the dropped offsets were reported Untracked.
+	forgottenFrom, forgottenTold int64
 }
 
 // DefaultLedgerRanges is the default bound on ranges kept per partition.
@@ -181,8 +192,12 @@ const DefaultLedgerRanges = 1024
 // confirms them by producer identity and sequence at the recorded offsets.
 //
 // The ledger is bounded: beyond its limit the oldest ranges are forgotten
-// (Forgotten tells how far), and their loss can no longer be detected. It is
-// pure (no I/O, no clock) and not safe for concurrent use.
+// (Forgotten tells how far), and their loss can no longer be detected.
+// When a loss (or a possible one) reaches the oldest range still held, the
+// dropped offsets are reported Unconfirmed and Untracked, once: the
+// application learns that acknowledged writes below the ones reported may
+// be gone too. It is pure (no I/O, no clock) and not safe for concurrent
+// use.
 type AckLedger struct {
 	max    int
 	parts  map[TopicPartition]*ledgerPart
@@ -202,7 +217,7 @@ func NewAckLedger(maxRanges int) *AckLedger {
 func (l *AckLedger) part(tp TopicPartition) *ledgerPart {
 	p := l.parts[tp]
 	if p == nil {
-		p = &ledgerPart{leaderEpoch: -1, forgotten: -1}
+		p = &ledgerPart{leaderEpoch: -1, forgotten: -1, forgottenFrom: -1, forgottenTold: -1}
 		l.parts[tp] = p
 	}
 	return p
@@ -239,6 +254,9 @@ func (l *AckLedger) Record(tp TopicPartition, r AckedRange) error {
 	for len(p.entries) > l.max {
 		if p.entries[0].To > p.forgotten {
 			p.forgotten = p.entries[0].To
+		}
+		if p.forgottenFrom < 0 || p.entries[0].From < p.forgottenFrom {
+			p.forgottenFrom = p.entries[0].From
 		}
 		p.entries[0] = nil
 		p.entries = p.entries[1:]
@@ -363,6 +381,9 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	anchors := make(map[int32]int64)
 	var kept []*ledgerEntry
 	lose := func(e *ledgerEntry, from int64) {
+		// The whole of the oldest range held: the bound's dropped
+		// offsets below it may be gone too.
+		oldest := from <= e.From && e == p.entries[0]
 		if from > e.From {
 			head := *e
 			head.To = from
@@ -373,6 +394,9 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 		}
 		if e.EpochExact {
 			res.Lost = append(res.Lost, lost(q.TP, e, cur))
+			if oldest {
+				l.untracked(&res, q.TP, p, cur, -1)
+			}
 			return
 		}
 		e.suspect = true
@@ -460,7 +484,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 	p.probe = nil
 	cur := pr.CurrentLeaderEpoch
 	var kept []*ledgerEntry
-	for _, e := range p.entries {
+	for i, e := range p.entries {
 		if !e.suspect {
 			kept = append(kept, e)
 			continue
@@ -472,6 +496,9 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 			e.FirstSequence = seqPlus(e.FirstSequence, r.LogStartOffset-e.From)
 			e.From = r.LogStartOffset
 		}
+		// The oldest range held, lost (or possibly lost) from its first
+		// offset: the bound's dropped offsets below it may be gone too.
+		lowest, from := i == 0, e.From
 		if !e.Producer.Valid() {
 			// Nothing identifies the records: only the log end can
 			// prove a loss.
@@ -479,6 +506,9 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 				res.Lost = append(res.Lost, lost(pr.TP, e, cur))
 			} else {
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
+			}
+			if lowest {
+				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
 			}
 			continue
 		}
@@ -533,10 +563,16 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		e.From = o
 		if gap {
 			res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
+			if lowest && o == from {
+				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+			}
 			continue
 		}
 		if !matched || (r.LogEndOffset >= 0 && o >= r.LogEndOffset) {
 			res.Lost = append(res.Lost, lost(pr.TP, e, cur))
+			if lowest && o == from {
+				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+			}
 			continue
 		}
 		kept = append(kept, e) // not reached by this fetch
@@ -553,6 +589,22 @@ func findBatch(bs []ProbedBatch, offset int64) *ProbedBatch {
 		return &bs[i]
 	}
 	return nil
+}
+
+// untracked adds to res the Untracked report of the offsets the bound
+// dropped and that were not reported yet, at or above floor (the log start,
+// when known: offsets below it were removed by retention): a loss reached
+// the oldest range held, so they may be gone too.
+func (l *AckLedger) untracked(res *CheckResult, tp TopicPartition, p *ledgerPart, cur int32, floor int64) {
+	from := max(p.forgottenFrom, p.forgottenTold, floor)
+	if p.forgottenFrom < 0 || from >= p.forgotten {
+		return
+	}
+	p.forgottenTold = p.forgotten
+	res.Unconfirmed = append(res.Unconfirmed, AckedWritesLost{
+		TP: tp, From: from, To: p.forgotten, LeaderEpoch: -1, Producer: NoProducerID, FirstSequence: -1,
+		CurrentLeaderEpoch: cur, Unconfirmed: true, Untracked: true,
+	})
 }
 
 // unconfirmed is lost's report for a range that may be gone.

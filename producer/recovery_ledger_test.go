@@ -383,3 +383,68 @@ func TestLedgerWants(t *testing.T) {
 		t.Fatal("a question about a forgotten partition is still wanted")
 	}
 }
+
+// TestLedgerBoundReportsUntracked: once the bound dropped ranges, a loss
+// that reaches the oldest range still held reports the dropped offsets
+// too, Unconfirmed and Untracked, once; a loss above the oldest range does
+// not.
+func TestLedgerBoundReportsUntracked(t *testing.T) {
+	untracked := func(r CheckResult) [][2]int64 {
+		var out [][2]int64
+		for _, x := range r.Unconfirmed {
+			if x.Untracked {
+				if !x.Unconfirmed || x.Producer.Valid() || x.LeaderEpoch != -1 {
+					t.Fatalf("untracked report %+v", x)
+				}
+				out = append(out, [2]int64{x.From, x.To})
+			}
+		}
+		return out
+	}
+	t.Run("exact", func(t *testing.T) {
+		l := NewAckLedger(2)
+		rec(t, l, 0, 10, 3, true)
+		rec(t, l, 20, 30, 3, true)
+		rec(t, l, 40, 50, 3, true) // drops [0, 10)
+		q, _ := l.ObserveLeaderEpoch(tp0, 4)
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 25})
+		if got := untracked(r); got != nil {
+			t.Fatalf("untracked %v for a loss above the oldest range held", got)
+		}
+		q, _ = l.ObserveLeaderEpoch(tp0, 5)
+		r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 15})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{20, 25}}) {
+			t.Fatalf("lost %v", got)
+		}
+		if got := untracked(r); !reflect.DeepEqual(got, [][2]int64{{0, 10}}) {
+			t.Fatalf("untracked %v; want the dropped [0, 10)", got)
+		}
+	})
+	t.Run("probe", func(t *testing.T) {
+		l := NewAckLedger(1)
+		rec(t, l, 0, 10, 3, false)
+		rec(t, l, 20, 30, 3, false) // drops [0, 10)
+		q, _ := l.ObserveLeaderEpoch(tp0, 4)
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 5})
+		if r.Probe == nil || len(r.Lost) != 0 || untracked(r) != nil {
+			t.Fatalf("result %+v", r)
+		}
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 3, LogEndOffset: 5})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{20, 30}}) {
+			t.Fatalf("lost %v", got)
+		}
+		if got := untracked(r); !reflect.DeepEqual(got, [][2]int64{{3, 10}}) {
+			t.Fatalf("untracked %v; want the dropped offsets above the log start, [3, 10)", got)
+		}
+		rec(t, l, 40, 50, 3, false)
+		q, _ = l.ObserveLeaderEpoch(tp0, 5)
+		r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 5})
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 5})
+		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{40, 50}}) {
+			t.Fatalf("lost %v", got)
+		}
+		if got := untracked(r); got != nil {
+			t.Fatalf("untracked %v again; the dropped offsets were reported", got)
+		}
+	})
+}
