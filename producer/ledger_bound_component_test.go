@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,5 +47,39 @@ func TestLedgerBoundReportsDroppedOffsets(t *testing.T) {
 	}
 	if x := l[1]; x.From != 0 || x.To != 1 || !x.Unconfirmed || !x.Untracked || x.Producer.Valid() || x.CurrentLeaderEpoch != 1 {
 		t.Fatalf("untracked %+v; want the dropped offsets [0, 1), unconfirmed", x)
+	}
+}
+
+// A new leader that cannot place the epoch acknowledged writes were made in
+// (OffsetForLeaderEpoch answers -1/-1: the whole epoch may be gone) and
+// whose log no longer holds them: the ranges are probed at their offsets
+// and reported lost, exactly, instead of left unchecked until another
+// leader change.
+func TestUndefinedEpochEndProbesAckedWrites(t *testing.T) {
+	c := newCluster(t, 1)
+	p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	for i := range 3 {
+		mustOK(t, sendAll(t, ctx, p, prec(0, fmt.Sprintf("v%d", i))))
+	}
+	id := p.ProducerID()
+	var truncated atomic.Bool
+	truncated.Store(true)
+	// The new leader (epoch 1) has an empty log and knows no epoch
+	// before its own: (-1, 0) for epoch 0, (1, 0) for epoch 1.
+	truncateLeader(c, &truncated, nil, 0, func(e int32) int32 {
+		if e < 1 {
+			return -1
+		}
+		return e
+	})
+	if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "no lost-write report", func() bool { return len(rec.Lost()) > 0 })
+	truncated.Store(false)
+	l := rec.Lost()
+	if len(l) != 1 || l[0].From != 0 || l[0].To != 3 || l[0].Producer != id || l[0].Unconfirmed || l[0].CurrentLeaderEpoch != 1 {
+		t.Fatalf("lost %+v; want offsets [0, 3) of %v", l, id)
 	}
 }

@@ -122,9 +122,12 @@ type CheckResult struct {
 	// (compaction) that nothing of theirs follows. They may be lost; they
 	// are no longer tracked. Each has Unconfirmed set.
 	Unconfirmed []AckedWritesLost
-	// Unknown: the answer could not settle anything ((-1, -1), or an
-	// epoch above the one asked). The ranges stay unchecked; the next
-	// leader change asks again. Nothing is reported lost.
+	// Unknown: the answer could not settle anything by epochs ((-1, -1),
+	// or an epoch above the one asked). The ranges it was about that
+	// carry a producer identity are probed (Probe: their batches looked
+	// for at their offsets, losses reported from what the probe finds);
+	// the others stay unchecked, asked about again at the next leader
+	// change.
 	Unknown bool
 	// Stale: the answer belongs to a query or probe that was superseded
 	// (a newer leader epoch was observed); it was ignored.
@@ -185,7 +188,8 @@ const DefaultLedgerRanges = 1024
 // proves every older range below it that was known present in the same log.
 // Only when something was lost, or no such anchor exists, does the ledger
 // ask again for an older epoch (CheckResult.Next). A (-1, -1) answer settles
-// nothing and reports nothing.
+// nothing by epochs: the ranges it was about that carry a producer identity
+// are probed instead, the others wait for the next leader change.
 //
 // Ranges whose epoch is not exact are not reported lost on the epoch
 // argument alone: they become suspects and a Probe (a fetch of batch headers)
@@ -372,7 +376,17 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	p.query = nil
 	a, end := ans.Epoch, ans.EndOffset
 	if a < 0 || end < 0 || a > q.Epoch {
+		// The leader cannot place the epoch: the epoch argument says
+		// nothing, and the whole of the epoch's writes may be gone. The
+		// ranges whose records carry a producer identity are checked at
+		// their offsets instead (a Probe); the others stay unchecked.
 		res.Unknown = true
+		for _, e := range p.entries {
+			if !e.checked && !e.suspect && e.LeaderEpoch <= q.Epoch && e.Producer.Valid() {
+				e.suspect = true
+			}
+		}
+		res.Probe = l.nextProbe(q.TP, p)
 		return res
 	}
 	cur := q.CurrentLeaderEpoch

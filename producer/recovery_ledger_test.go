@@ -150,20 +150,43 @@ func TestLedgerFollowUp(t *testing.T) {
 	}
 }
 
-// TestLedgerUndefinedAnswer: (-1, -1) settles nothing and reports nothing;
-// the ranges are asked about again at the next leader change.
+// TestLedgerUndefinedAnswer: (-1, -1) settles nothing by epochs and reports
+// nothing by itself: the ranges with a producer identity are probed at
+// their offsets (the whole epoch may be gone), and the probe reports what
+// is lost; ranges without one are asked about again at the next leader
+// change.
 func TestLedgerUndefinedAnswer(t *testing.T) {
 	l := NewAckLedger(0)
 	rec(t, l, 0, 10, 3, true)
 	q, _ := l.ObserveLeaderEpoch(tp0, 4)
 	for _, ans := range []EpochEnd{{-1, -1}, {3, -1}, {-1, 5}, {9, 100}} {
 		r := l.ApplyEpochEnd(q, ans)
-		if !r.Unknown || len(r.Lost) != 0 {
+		if !r.Unknown || len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 0 || r.Probe.CurrentLeaderEpoch != 4 {
 			t.Fatalf("answer %+v: %+v", ans, r)
 		}
 		q, _ = l.Recheck(tp0, 4)
 	}
 	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	mustQuery(t, q, ok, 3, 5)
+
+	// The probe finds the first half of the range and nothing past it.
+	r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 5,
+		Batches: []ProbedBatch{{BaseOffset: 0, LastOffset: 4, LeaderEpoch: 3, ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: 0}}})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{5, 10}}) || r.Probe != nil {
+		t.Fatalf("probe after (-1, -1): %+v", r)
+	}
+
+	// Without a producer identity there is nothing to probe.
+	l = NewAckLedger(0)
+	if err := l.Record(tp0, AckedRange{From: 0, To: 10, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ = l.ObserveLeaderEpoch(tp0, 4)
+	if r := l.ApplyEpochEnd(q, EpochEnd{-1, -1}); !r.Unknown || r.Probe != nil || len(r.Lost)+len(r.Unconfirmed) != 0 {
+		t.Fatalf("unidentified range: %+v", r)
+	}
+	q, ok = l.ObserveLeaderEpoch(tp0, 5)
 	mustQuery(t, q, ok, 3, 5)
 }
 
