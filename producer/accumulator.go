@@ -129,7 +129,15 @@ func (p *Producer) setTopicIDLocked(ps *pstate, id [16]byte) {
 	}
 	old := ps.topicID
 	ps.topicID = id
-	if old == ([16]byte{}) || p.seq == nil {
+	if old == ([16]byte{}) {
+		return
+	}
+	// The ack ledger's ranges are the deleted incarnation's offsets and
+	// epochs: forgotten now, before an acknowledgement of the new one is
+	// recorded beside them or a check judges them against the new log
+	// (the metadata loop's event for the recreation may come later).
+	p.ledger.Forget(ps.tp)
+	if p.seq == nil {
 		return
 	}
 	if p.txn != nil {

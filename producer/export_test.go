@@ -56,3 +56,49 @@ func PartitionLeaderEpoch(p *Producer, topic string, partition int32) int32 {
 	}
 	return -1
 }
+
+// HoldLock runs fn with p's lock held: the producer's goroutines (its
+// metadata loop among them) wait meanwhile.
+func HoldLock(p *Producer, fn func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn()
+}
+
+// AdoptTopicIDLocked does what Produce's topic lookup does to a partition
+// it finds under another topic ID than its state names (setTopicIDLocked).
+// Under HoldLock.
+func AdoptTopicIDLocked(p *Producer, topic string, partition int32, id [16]byte) {
+	if ps := p.parts[TopicPartition{topic, partition}]; ps != nil {
+		p.setTopicIDLocked(ps, id)
+	}
+}
+
+// LedgerRangesLocked is p's ack ledger's ranges for the partition. Under
+// HoldLock.
+func LedgerRangesLocked(p *Producer, topic string, partition int32) []AckedRange {
+	return p.ledger.Ranges(TopicPartition{topic, partition})
+}
+
+// RecordAckLocked records an acknowledged range in p's ack ledger, as an
+// acknowledgement does. Under HoldLock.
+func RecordAckLocked(p *Producer, topic string, partition int32, r AckedRange) error {
+	return p.ledger.Record(TopicPartition{topic, partition}, r)
+}
+
+// LedgerLeaderEpoch is the highest leader epoch p's ack ledger has seen
+// for the partition (-1 none).
+func LedgerLeaderEpoch(p *Producer, topic string, partition int32) int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lp := p.ledger.parts[TopicPartition{topic, partition}]; lp != nil {
+		return lp.leaderEpoch
+	}
+	return -1
+}
+
+// MetadataTopicID is the topic ID p's refresher holds for topic.
+func MetadataTopicID(p *Producer, topic string) [16]byte {
+	t, _ := p.meta.Topic(topic)
+	return t.ID
+}

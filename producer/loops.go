@@ -249,7 +249,13 @@ func (p *Producer) metadataLoop() {
 		for _, ev := range evs {
 			tp := TopicPartition{ev.Topic, ev.Partition}
 			ps := p.parts[tp]
-			if ev.Kind == metadata.TopicRecreated || ev.Kind == metadata.PartitionRemoved {
+			if ev.Kind == metadata.PartitionRemoved ||
+				(ev.Kind == metadata.TopicRecreated && (ps == nil || ps.topicID == [16]byte{})) {
+				// A partition state that names a topic ID forgets its
+				// ledger when it adopts another (setTopicIDLocked,
+				// below or earlier from Produce's lookup): forgotten
+				// here again, what the new incarnation acknowledged
+				// since would be.
 				p.ledger.Forget(tp)
 			}
 			if ps == nil {

@@ -372,3 +372,50 @@ func TestBlockedProduceKeepsTheNewIncarnation(t *testing.T) {
 		t.Fatalf("the late record at %d of the new incarnation's %d records; want it once, last", slices.Index(log, lateValue), len(log))
 	}
 }
+
+// The ack ledger is about one topic incarnation. When a partition adopts a
+// new topic ID before the metadata loop handles the recreation's event
+// (Produce's lookup reads metadata as it is now; the events wait in a
+// queue), the deleted incarnation's ranges are forgotten then, so that no
+// check judges them against the new log; and the event, handled later,
+// keeps what the new incarnation acknowledged meanwhile (forgetting it made
+// its loss undetectable).
+func TestLedgerFollowsAdoptedIncarnation(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.MetadataMaxAge(time.Hour))
+	ctx := testCtx(t, 10*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	mustOK(t, sendAll(t, ctx, p, prec(0, "b")))
+	id := p.ProducerID()
+	newID := recreateTopic(t, c, 1)
+	producer.HoldLock(p, func() {
+		// The metadata loop waits for the lock: the recreation's event
+		// stays queued while the refresher adopts the new ID.
+		for producer.MetadataTopicID(p, topic) != newID {
+			if err := producer.RefreshMetadata(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := producer.LedgerRangesLocked(p, topic, 0); len(got) == 0 {
+			t.Fatal("no acknowledged ranges before the recreation")
+		}
+		producer.AdoptTopicIDLocked(p, topic, 0, newID)
+		if got := producer.LedgerRangesLocked(p, topic, 0); len(got) != 0 {
+			t.Fatalf("ranges of the deleted incarnation kept after the partition adopted the new one: %+v", got)
+		}
+		// An acknowledgement from the new incarnation.
+		if err := producer.RecordAckLocked(p, topic, 0, producer.AckedRange{From: 0, To: 1, LeaderEpoch: 0, Producer: id, FirstSequence: 0}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The queued event is handled: the ledger sees the new incarnation's
+	// leader epoch.
+	eventually(t, 5*time.Second, "the recreation's event never handled", func() bool {
+		return producer.LedgerLeaderEpoch(p, topic, 0) == 0
+	})
+	producer.HoldLock(p, func() {
+		if got := producer.LedgerRangesLocked(p, topic, 0); len(got) != 1 || got[0].From != 0 || got[0].To != 1 {
+			t.Fatalf("ranges %+v after the recreation's event; want the new incarnation's [0, 1)", got)
+		}
+	})
+}
