@@ -459,21 +459,22 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 }
 
 // retryLedger queues a failed check again after a backoff (a newer leader
-// epoch supersedes it anyway).
+// epoch supersedes it anyway). The backoff is waited on a timer, not in the
+// ledger loop: the other partitions' checks go on meanwhile.
 func (p *Producer) retryLedger(t ledgerTask) {
 	t.tries++
 	if t.tries > 20 {
 		return
 	}
 	p.meta.Trigger(metadata.ReasonWait)
-	select {
-	case <-p.ctx.Done():
-		return
-	case <-time.After(p.cfg.retryBackoff * time.Duration(t.tries)):
-	}
-	p.mu.Lock()
-	p.queueLedgerLocked(t)
-	p.mu.Unlock()
+	time.AfterFunc(p.cfg.retryBackoff*time.Duration(t.tries), func() {
+		if p.ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		p.queueLedgerLocked(t)
+		p.mu.Unlock()
+	})
 }
 
 func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, current int32) (EpochEnd, error) {
