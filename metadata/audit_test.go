@@ -105,3 +105,28 @@ func TestWaitForTopicStaleRefusal(t *testing.T) {
 		t.Fatalf("WaitForTopic(t) once allowed = %+v, %v (Metadata calls made: %d)", top, err, fc.callCount()-n)
 	}
 }
+
+// WaitForPartitions waits past a cached count below the one asked for:
+// partitions added to the topic (CreatePartitions) are seen in a refresh,
+// and it returns once the topic has them; a count never reached ends with
+// ctx.
+func TestWaitForPartitionsFollowsGrowth(t *testing.T) {
+	r, fc, _ := newTestRefresher(t, Backoff(0, 0))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0})
+	r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctxBg, 50*time.Millisecond)
+	defer cancel()
+	if top, _, err := r.WaitForPartitions(short, "t", 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForPartitions(t, 2) of a 1-partition topic = %+v, %v", top, err)
+	}
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0}, fakePartition{leader: 1, epoch: 0}, fakePartition{leader: 2, epoch: 0})
+	ctx, cancel2 := context.WithTimeout(ctxBg, 2*time.Second)
+	defer cancel2()
+	top, _, err := r.WaitForPartitions(ctx, "t", 3)
+	if err != nil || len(top.Partitions) != 3 {
+		t.Fatalf("WaitForPartitions(t, 3) after growth = %+v, %v", top, err)
+	}
+}
