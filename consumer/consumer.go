@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,6 +75,13 @@ type Consumer struct {
 
 	grp *group // group membership and commits (Group option); nil without
 
+	// The OffsetCommit requests the transport wrote to a connection, those
+	// whose answer was then read or given up on, and those given up on (a
+	// broken connection, a read deadline, a cancel while the answer was
+	// awaited): counted by its hook (commitHook) when kepoch created the
+	// transport.
+	commitsWritten, commitsEnded, commitsLost atomic.Uint64
+
 	// sendFetch, when set (by tests, before the first Assign), sends each
 	// Fetch in place of the transport; send is the transport's own.
 	sendFetch func(ctx context.Context, broker int32, req kmsg.Request, send func(context.Context, kmsg.Request) (kmsg.Response, error)) (kmsg.Response, error)
@@ -94,6 +102,7 @@ func New(opts ...Opt) (*Consumer, error) {
 		c.cl = c.cfg.client
 	} else {
 		kopts := append([]kgo.Opt{kgo.SeedBrokers(c.cfg.seeds...)}, c.cfg.transportOpts...)
+		kopts = append(kopts, kgo.WithHooks(commitHook{c}))
 		cl, err := kgo.NewClient(kopts...)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: transport: %w", err)

@@ -3,10 +3,12 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -93,6 +95,9 @@ type commitReq struct {
 	// not known). An offset of a deleted incarnation is refused when
 	// metadata names another by the time the commit is sent.
 	ids map[TopicPartition][16]byte
+	// taken is set (under commitQueue.mu) when the commit goroutine
+	// takes the commit from the queue: from then on it may be written.
+	taken bool
 }
 
 // incarnationsLocked returns the topic ID of the incarnation each
@@ -211,6 +216,7 @@ func (g *group) commitLoop() {
 		var r *commitReq
 		if len(g.commits.q) > 0 {
 			r = g.commits.q[0]
+			r.taken = true
 			g.commits.q[0] = nil // the array, reused, must not keep it
 			g.commits.q = g.commits.q[1:]
 		}
@@ -280,7 +286,10 @@ func (g *group) commitWaitFor(ctx context.Context, compute func() map[TopicParti
 	return g.await(ctx, &commitReq{ctx: ctx, compute: compute})
 }
 
-// await queues r and waits for its answer or ctx.
+// await queues r (r.ctx is ctx) and waits for its answer or ctx. When ctx
+// ends while the commit is being sent, it waits for the send to end (at
+// once: the send ends with ctx) so as to return whether the request was
+// written (the commit may then have been stored: errors.ErrUnknownOutcome).
 func (g *group) await(ctx context.Context, r *commitReq) error {
 	res := make(chan error, 1)
 	r.done = func(_ map[TopicPartition]OffsetAndMetadata, err error) { res <- err }
@@ -289,8 +298,14 @@ func (g *group) await(ctx context.Context, r *commitReq) error {
 	case err := <-res:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	g.commits.mu.Lock()
+	taken := r.taken
+	g.commits.mu.Unlock()
+	if !taken {
+		return ctx.Err() // still queued: never sent
+	}
+	return <-res
 }
 
 // CommitSync commits offsets to the group and waits for the coordinator's
@@ -305,6 +320,16 @@ func (g *group) await(ctx context.Context, r *commitReq) error {
 // is one revoked before its commit could be sent: committed, it would
 // overwrite the new owner's commit. Standalone commits (Group without
 // Subscribe) commit any partition.
+//
+// A failure after the OffsetCommit request was written (its connection
+// broke, or ctx ended, before the answer) also matches
+// errors.ErrUnknownOutcome: the coordinator may have stored the offsets.
+// A partition the coordinator refused with an error code, or a commit ctx
+// ended before it was sent, does not (unless an earlier attempt of the
+// same request, which the transport resent, went unanswered). On a
+// transport given by WithClient, whose writes kepoch cannot observe, every
+// failure to reach the coordinator but a failure to connect is taken as
+// possibly written.
 func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
 	g := c.grp
 	if g == nil {
@@ -332,7 +357,9 @@ func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]Of
 // commit could be sent. A revocation waits (up to the rebalance timeout),
 // after OnRevoked, for the commits queued before it to be answered, so a
 // commit queued while the member owned a partition, OnRevoked's included,
-// is normally sent before the partition is released.
+// is normally sent before the partition is released. A failure that may
+// nevertheless have stored the offsets matches errors.ErrUnknownOutcome,
+// as for CommitSync.
 func (c *Consumer) CommitAsync(offsets map[TopicPartition]OffsetAndMetadata, done func(map[TopicPartition]OffsetAndMetadata, error)) {
 	g := c.grp
 	if done == nil {
@@ -641,12 +668,28 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 		p.Metadata = &md
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
+	written, ended, lost := c.commitsWritten.Load(), c.commitsEnded.Load(), c.commitsLost.Load()
 	resp, err := req.RequestWith(ctx, c.cl)
+	// An attempt written and left unanswered (the transport may have
+	// sent the request again after it), or written and still awaiting
+	// its answer when the request ended (ctx), may have been stored,
+	// whatever the last attempt's fate. (A cancel that ends the request
+	// between the write and its hook goes unseen.)
+	unanswered := c.commitsLost.Load() != lost || c.commitsWritten.Load()-written > c.commitsEnded.Load()-ended
 	if err != nil {
+		if unanswered || (!c.ownClient && mayHaveWritten(err)) {
+			err = &unknownOutcomeError{err}
+		}
 		for _, tp := range sortedKeys(offsets) {
 			failed = append(failed, commitErr(tp, offsets[tp], err))
 		}
 		return failed, nil
+	}
+	refused := func(err error) error {
+		if unanswered {
+			return &unknownOutcomeError{err}
+		}
+		return err
 	}
 	if req.Version < 6 {
 		// A coordinator before Kafka 2.1 stores no leader epochs: the
@@ -681,7 +724,7 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 				continue
 			}
 			if rp.ErrorCode != 0 {
-				failed = append(failed, commitErr(tp, om, errors.FromCode(rp.ErrorCode)))
+				failed = append(failed, commitErr(tp, om, refused(errors.FromCode(rp.ErrorCode))))
 				continue
 			}
 			g.committed[tp] = om
@@ -690,10 +733,57 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	c.mu.Unlock()
 	for _, tp := range sortedKeys(offsets) {
 		if !answered[tp] {
-			failed = append(failed, commitErr(tp, offsets[tp], fmt.Errorf("partition missing from the OffsetCommit answer")))
+			failed = append(failed, commitErr(tp, offsets[tp], refused(fmt.Errorf("partition missing from the OffsetCommit answer"))))
 		}
 	}
 	return failed, stale
+}
+
+// unknownOutcomeError marks a commit failure after which the commit may
+// nevertheless have been stored: an OffsetCommit request was written and
+// its answer never came (its connection broke, or the wait for it ended).
+// It matches errors.ErrUnknownOutcome, and is retriable as its cause is
+// (committing the same offsets again is harmless).
+type unknownOutcomeError struct{ err error }
+
+func (e *unknownOutcomeError) Error() string {
+	return e.err.Error() + " (the commit may have been stored: its request was written and no answer came)"
+}
+
+func (e *unknownOutcomeError) Unwrap() error { return e.err }
+
+// Is makes the error match errors.ErrUnknownOutcome.
+func (e *unknownOutcomeError) Is(target error) bool { return target == errors.ErrUnknownOutcome }
+
+// mayHaveWritten judges a transport failure of a commit sent on a client
+// kepoch did not create (WithClient), whose writes it cannot observe: only
+// a failure to connect certainly wrote nothing.
+func mayHaveWritten(err error) bool {
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// commitHook is the transport hook of a client kepoch creates: it counts
+// the OffsetCommit requests written, and those whose answer was read or
+// never came (Consumer.commitsWritten, commitsEnded, commitsLost). kgo resends such a request by itself, so the
+// commit's final error alone does not say whether an attempt reached the
+// coordinator.
+type commitHook struct{ c *Consumer }
+
+func (h commitHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if kmsg.Key(key) == kmsg.OffsetCommit && err == nil {
+		h.c.commitsWritten.Add(1)
+	}
+}
+
+func (h commitHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if kmsg.Key(key) != kmsg.OffsetCommit || e2e.WriteErr != nil {
+		return
+	}
+	if e2e.ReadErr != nil {
+		h.c.commitsLost.Add(1)
+	}
+	h.c.commitsEnded.Add(1)
 }
 
 // topicIDs returns the topic IDs of the offsets' topics, refreshing

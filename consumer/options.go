@@ -129,7 +129,9 @@ func TransportOpts(opts ...kgo.Opt) Opt {
 }
 
 // WithClient uses an existing franz-go client as the transport instead of
-// creating one. The client is not closed by Close.
+// creating one. The client is not closed by Close. kepoch cannot hook its
+// writes, so a commit failure on it is taken as possibly stored
+// (errors.ErrUnknownOutcome) unless it failed to connect; see CommitSync.
 func WithClient(cl *kgo.Client) Opt { return optFunc(func(c *cfg) { c.client = cl }) }
 
 // WithMetadata shares a metadata refresher (built on the same client) with

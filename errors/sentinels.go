@@ -47,6 +47,8 @@ var (
 	// ErrUnknownOutcome: a produce request may or may not have been
 	// applied (a timeout or a broken connection after the request was
 	// written). It is never resent as a new write; see ProduceNotApplied.
+	// A consumer's offset commit that fails the same way matches it too:
+	// the offsets may have been stored.
 	ErrUnknownOutcome = New("kepoch: produce outcome unknown")
 
 	// ErrUnvalidated: a stored position could not be validated against the
