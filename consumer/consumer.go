@@ -604,8 +604,15 @@ func (c *Consumer) signalLocked() {
 // until there is something or ctx ends (then it returns empty Fetches and
 // ctx's error). Once Close has begun it returns errors.ErrClosed, and
 // once a refresher shared with WithMetadata is closed under the consumer,
-// an error that matches errors.ErrClosed and says so.
+// an error that matches errors.ErrClosed and says so. A subscribed
+// member that was not polled for MaxPollInterval left its group; the next
+// Poll rejoins it and returns that in Fetches.Errors once
+// (ErrMaxPollIntervalExceeded).
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
+	if g := c.grp; g != nil {
+		g.pollBegin() // MaxPollInterval: the application polls
+		defer g.pollEnd()
+	}
 	var mk toMake
 	for {
 		if c.grp != nil {

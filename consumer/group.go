@@ -108,6 +108,13 @@ type group struct {
 	// contact is when the latest classic request the coordinator answered
 	// was sent: it knew the member alive then.
 	contact time.Time
+	// MaxPollInterval (group_poll.go): the Polls running, the Polls ever
+	// begun, when one last began or returned; polled is signalled
+	// (capacity 1) as one begins.
+	polling  int
+	pollSeq  uint64
+	lastPoll time.Time
+	polled   chan struct{}
 
 	commits commitQueue
 
@@ -126,6 +133,8 @@ func newGroup(c *Consumer) *group {
 		ownedAt:     map[TopicPartition]uint64{},
 		assigning:   tpSet{},
 		rejoin:      make(chan struct{}, 1),
+		polled:      make(chan struct{}, 1),
+		lastPoll:    time.Now(),
 		idOf:        map[string][16]byte{},
 		nameOf:      map[[16]byte]string{},
 		committable: map[TopicPartition]Position{},
@@ -203,6 +212,9 @@ func (c *Consumer) subscribe(topics []string, re *regexp.Regexp, expr string) er
 		return nil
 	}
 	g.subscribed = true
+	if g.polling == 0 {
+		g.lastPoll = time.Now() // MaxPollInterval counts from Subscribe
+	}
 	g.loopDone = make(chan struct{})
 	done := g.loopDone
 	c.goFn(func() {

@@ -29,6 +29,7 @@ import (
 //		wait: a heartbeat error (REBALANCE_IN_PROGRESS → rejoin; ILLEGAL_GENERATION,
 //		      UNKNOWN_MEMBER_ID, no answer for a session timeout → OnLost, rejoin;
 //		      FENCED_INSTANCE_ID → OnLost, stop),
+//		      no Poll for MaxPollInterval (→ OnLost, LeaveGroup unless static, rejoin at the next Poll),
 //		      a new subscription, or changed metadata (partition counts, regex matches)
 //	}
 
@@ -212,6 +213,15 @@ func (g *group) afterSession(cause error) {
 		g.loseAll(true)
 	case isCode(cause, kerr.FencedInstanceID):
 		g.fatal("heartbeat", kerr.FencedInstanceID) // cause is the heartbeat's GroupError already
+	case errors.Is(cause, errPollExpired):
+		_, since := g.untilPollExpiry()
+		g.leaveForPoll(since, func(ctx context.Context) {
+			if g.cfg.instanceID == nil {
+				g.leaveClassic(ctx)
+			}
+			// A static member sends no LeaveGroup (as Java): it stops
+			// heartbeating and its session expires.
+		})
 	}
 }
 
@@ -498,9 +508,10 @@ func (g *group) heartbeat(sess context.Context, end context.CancelCauseFunc, j j
 	}
 }
 
-// waitSession waits until the session ends, the subscription changes, or
+// waitSession waits until the session ends, the subscription changes,
 // the metadata the assignment was made from changes (a topic's partition
-// count, or, for a regex, the matching topics).
+// count, or, for a regex, the matching topics), or no Poll ran for
+// MaxPollInterval (errPollExpired).
 func (g *group) waitSession(sess context.Context, end context.CancelCauseFunc, topics []string, counts map[string]int32) {
 	interval := min(max(g.c.cfg.metadataMaxAge, 200*time.Millisecond), 30*time.Second)
 	t := time.NewTicker(interval)
@@ -521,6 +532,8 @@ func (g *group) waitSession(sess context.Context, end context.CancelCauseFunc, t
 	g.mu.Lock()
 	regex := g.regex != nil
 	g.mu.Unlock()
+	pt := g.pollTimer()
+	defer pt.Stop()
 	for {
 		select {
 		case <-sess.Done():
@@ -528,6 +541,12 @@ func (g *group) waitSession(sess context.Context, end context.CancelCauseFunc, t
 		case <-g.rejoin:
 			end(errRejoin)
 			return
+		case <-pt.C:
+			if expired, _ := g.pollExpired(pt); expired {
+				end(errPollExpired)
+				return
+			}
+			continue
 		case <-t.C:
 		}
 		if !maps.Equal(base, g.cachedCounts(watch)) {

@@ -25,6 +25,8 @@ import (
 // released, so no partition is owned twice.
 //
 //	FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID → OnLost, rejoin with epoch 0
+//	no Poll for MaxPollInterval → OnLost, leave (epoch -1, static -2),
+//	rejoin with epoch 0 at the next Poll
 //	NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE → find the coordinator again
 //	GROUP_AUTHORIZATION_FAILED, UNSUPPORTED_ASSIGNOR, UNRELEASED_INSTANCE_ID,
 //	INVALID_REQUEST, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED,
@@ -183,13 +185,31 @@ func (g *group) runConsumer() {
 			}
 		}
 		t := time.NewTimer(st.interval)
+		pt := g.pollTimer()
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				t.Stop()
+				pt.Stop()
 				return
 			case <-g.rejoin:
+				break wait
+			case <-pt.C:
+				expired, since := g.pollExpired(pt)
+				if !expired {
+					continue
+				}
+				waitReconcile()
+				epoch := int32(-1)
+				if g.cfg.instanceID != nil {
+					epoch = -2 // a static member that will come back
+				}
+				if !g.leaveForPoll(since, func(ctx context.Context) { g.leaveConsumer(ctx, epoch) }) {
+					t.Stop()
+					return
+				}
+				st.epoch = 0
 				break wait
 			case <-t.C:
 				break wait
@@ -205,6 +225,7 @@ func (g *group) runConsumer() {
 			}
 		}
 		t.Stop()
+		pt.Stop()
 	}
 }
 

@@ -44,6 +44,7 @@ type groupCfg struct {
 	heartbeatInterval  time.Duration
 	autoCommit         bool
 	autoCommitInterval time.Duration
+	maxPollInterval    time.Duration
 	noCommitStart      Start
 	leaveOnClose       bool
 	onAssigned         func(context.Context, []TopicPartition)
@@ -62,6 +63,7 @@ func defaultGroupCfg() groupCfg {
 		heartbeatInterval:  3 * time.Second,
 		autoCommit:         true,
 		autoCommitInterval: 5 * time.Second,
+		maxPollInterval:    5 * time.Minute,
 		noCommitStart:      Earliest(),
 		leaveOnClose:       true,
 	}
@@ -91,6 +93,8 @@ func (g *groupCfg) validate() error {
 		return fmt.Errorf("consumer: HeartbeatInterval %v must be in [10ms, SessionTimeout %v)", g.heartbeatInterval, g.sessionTimeout)
 	case g.autoCommit && g.autoCommitInterval < 10*time.Millisecond:
 		return fmt.Errorf("consumer: AutoCommitInterval %v < 10ms", g.autoCommitInterval)
+	case g.maxPollInterval <= 0:
+		return fmt.Errorf("consumer: MaxPollInterval %v ≤ 0", g.maxPollInterval)
 	}
 	seen := map[string]bool{}
 	for _, n := range g.assignors {
@@ -174,6 +178,24 @@ func AutoCommitInterval(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.group.autoCommitInterval = d })
 }
 
+// MaxPollInterval is the longest the application may go without calling
+// Poll while subscribed (default 5m, as Java's max.poll.interval.ms; 0 or
+// less is refused). Heartbeats run on their own goroutine, so without it
+// an application stuck between Polls would keep its partitions forever.
+// Past it, the member leaves the group so that its partitions go to other
+// members: nothing more is committed for them (not even what Poll
+// returned, which the application may still be processing; commits
+// queued are refused), they are dropped as lost (OnLost, not OnRevoked),
+// and the member leaves (LeaveGroup, or a KIP-848 heartbeat with member
+// epoch -1; a static member sends no LeaveGroup, its session expires, and
+// a KIP-848 static member sends epoch -2). The next Poll rejoins and
+// returns, once, a *GroupError (Op "poll") wrapping a *PollIntervalError,
+// which matches ErrMaxPollIntervalExceeded. Time spent inside Poll,
+// including its callbacks, does not count.
+func MaxPollInterval(d time.Duration) Opt {
+	return optFunc(func(c *cfg) { c.group.maxPollInterval = d })
+}
+
 // DisableAutoCommit turns autocommit off: positions are committed only by
 // CommitSync and CommitAsync.
 func DisableAutoCommit() Opt { return optFunc(func(c *cfg) { c.group.autoCommit = false }) }
@@ -189,7 +211,8 @@ func NoCommitStart(s Start) Opt { return optFunc(func(c *cfg) { c.group.noCommit
 // autocommit committed them and before they are dropped: once it is called,
 // Poll never returns another record of them (a hard boundary), and it may
 // commit them. OnLost is called with partitions the member lost without a
-// chance to commit (its generation was fenced or its session expired).
+// chance to commit (its generation was fenced, its session expired, or it
+// left the group because Poll was not called for MaxPollInterval).
 //
 // The three callbacks run one at a time on the group's goroutine, never
 // concurrently with each other, and Poll blocks while one runs. They may
