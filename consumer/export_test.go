@@ -128,3 +128,13 @@ func Paused(c *Consumer, tp TopicPartition) bool {
 	p := c.parts[tp]
 	return p != nil && p.paused
 }
+
+// BeforeCommitSend makes fn run on c's commit goroutine after each commit
+// passed its checks, just before it is sent (call it before committing).
+func BeforeCommitSend(c *Consumer, fn func()) { c.grp.beforeSend = fn }
+
+// MetadataTopicID returns the topic ID c's metadata holds for topic.
+func MetadataTopicID(c *Consumer, topic string) [16]byte {
+	tm, _ := c.meta.Topic(topic)
+	return tm.ID
+}

@@ -117,6 +117,9 @@ type group struct {
 	polled   chan struct{}
 
 	commits commitQueue
+	// beforeSend, when set (tests), runs on the commit goroutine once a
+	// commit passed its checks, before it is sent.
+	beforeSend func()
 
 	// Guarded by Consumer.mu:
 	committable map[TopicPartition]Position          // positions when the latest Poll began

@@ -112,26 +112,6 @@ func (g *group) incarnationsLocked(offsets map[TopicPartition]OffsetAndMetadata)
 	return ids
 }
 
-// dropOtherIncarnations refuses, before r is sent, the partitions whose
-// offsets were read in an incarnation of their topic that metadata no
-// longer names (deleted and created again while the commit waited): an
-// offset of the deleted log, stored for the new one, makes the next owner
-// start past records nobody read (or report a truncation that is none).
-// OffsetCommit v10 names topics by ID, but metadata's, and older versions
-// by name only, so either would store it.
-func (g *group) dropOtherIncarnations(r *commitReq) {
-	for _, tp := range sortedKeys(r.offsets) {
-		was, ok := r.ids[tp]
-		if !ok {
-			continue
-		}
-		if tm, err := g.c.meta.Topic(tp.Topic); err == nil && tm.ID != ([16]byte{}) && tm.ID != was {
-			r.pre = append(r.pre, commitErr(tp, r.offsets[tp], fmt.Errorf("%w: the offset is of an incarnation of the topic deleted since", errors.ErrTopicIDChanged)))
-			delete(r.offsets, tp)
-		}
-	}
-}
-
 // takeMembershipLocked records in r the membership of this moment (g.mu
 // held). An explicit commit in a subscribed group loses the partitions the
 // member does not own now: they are refused (ErrCommitNotOwned).
@@ -247,8 +227,10 @@ func (g *group) commitLoop() {
 				g.resolve(r)
 			}
 			g.dropUnowned(r)
-			g.dropOtherIncarnations(r)
 			if len(r.offsets) > 0 {
+				if g.beforeSend != nil {
+					g.beforeSend()
+				}
 				ctx, cancel := context.WithCancel(r.ctx)
 				stop := context.AfterFunc(c.ctx, cancel)
 				err = g.sendCommit(ctx, r)
@@ -574,6 +556,26 @@ func quietCommitErr(err error) bool {
 // with the epoch its next heartbeat learns.
 func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
 	offsets, gen := r.offsets, r.gen
+	// A partition whose offset was read in an incarnation of its topic
+	// that metadata no longer names (deleted and created again while the
+	// commit waited) is refused: an offset of the deleted log, stored for
+	// the new one, makes the next owner start past records nobody read
+	// (or report a truncation that is none). The request names each topic
+	// by the ID metadata holds, read once, here: checked against an
+	// earlier read, a recreation learned in between was named in the
+	// request (v10 by ID, older versions by name only), and the deleted
+	// log's offset stored for the new incarnation.
+	ids := g.topicIDs(ctx, offsets)
+	var settled []error
+	for _, tp := range sortedKeys(offsets) {
+		if was, ok := r.ids[tp]; ok && ids[tp.Topic] != ([16]byte{}) && ids[tp.Topic] != was {
+			settled = append(settled, commitErr(tp, offsets[tp], fmt.Errorf("%w: the offset is of an incarnation of the topic deleted since", errors.ErrTopicIDChanged)))
+			delete(offsets, tp)
+		}
+	}
+	if len(offsets) == 0 {
+		return errors.Join(settled...)
+	}
 	if fn := g.cfg.onEpochless; fn != nil {
 		for _, tp := range sortedKeys(offsets) {
 			if om := offsets[tp]; om.LeaderEpoch < 0 {
@@ -584,10 +586,9 @@ func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
 	// A retry names only the partitions answered STALE_MEMBER_EPOCH: the
 	// others were stored, or refused for good, by the attempt that
 	// answered them, and what the caller is told of them is that answer.
-	var settled []error
 	todo := offsets
 	for attempt := 0; ; attempt++ {
-		failed, stale := g.sendCommitOnce(ctx, todo, gen, r.member, r.subscribed)
+		failed, stale := g.sendCommitOnce(ctx, todo, ids, gen, r.member, r.subscribed)
 		settled = append(settled, failed...)
 		if len(stale) == 0 || attempt >= 5 || !sleep(ctx, 200*time.Millisecond) {
 			return errors.Join(append(settled, staleErrs(stale)...)...)
@@ -636,10 +637,11 @@ func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
 	return out
 }
 
-// sendCommitOnce sends one OffsetCommit of offsets. It returns the
+// sendCommitOnce sends one OffsetCommit of offsets, naming each topic by
+// ids (v10+) and by name. It returns the
 // failures of its partitions, but those answered STALE_MEMBER_EPOCH, which
 // it returns apart (a KIP-848 commit may be retried with the new epoch).
-func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, gen int32, member string, subscribed bool) (failed []error, stale map[TopicPartition]error) {
+func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata, ids map[string][16]byte, gen int32, member string, subscribed bool) (failed []error, stale map[TopicPartition]error) {
 	c := g.c
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group = g.cfg.id
@@ -647,7 +649,6 @@ func (g *group) sendCommitOnce(ctx context.Context, offsets map[TopicPartition]O
 	if subscribed {
 		req.Generation, req.MemberID, req.InstanceID = gen, member, g.cfg.instanceID
 	}
-	ids := g.topicIDs(ctx, offsets)
 	names := map[[16]byte]string{}
 	idx := map[string]int{}
 	for _, tp := range sortedKeys(offsets) {
