@@ -190,8 +190,9 @@ func AutoCommitInterval(d time.Duration) Opt {
 // epoch -1; a static member sends no LeaveGroup, its session expires, and
 // a KIP-848 static member sends epoch -2). The next Poll rejoins and
 // returns, once, a *GroupError (Op "poll") wrapping a *PollIntervalError,
-// which matches ErrMaxPollIntervalExceeded. Time spent inside Poll,
-// including its callbacks, does not count.
+// which matches ErrMaxPollIntervalExceeded. Time inside Poll (waiting for
+// records, or for a rebalance's callbacks) does not count. OnLost runs
+// before the leave is sent.
 func MaxPollInterval(d time.Duration) Opt {
 	return optFunc(func(c *cfg) { c.group.maxPollInterval = d })
 }

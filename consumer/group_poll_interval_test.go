@@ -123,8 +123,8 @@ func testMaxPollIntervalLeavesGroup(t *testing.T, opts []consumer.Opt, kopts []k
 	}
 	// m1's application is stuck from here on; its last Poll returned
 	// nothing beyond end, so what it may commit is at most end.
+	id1 := m1.cons.GroupMetadata().MemberID // a classic member that left forgets it
 	m1.halt()
-	id1 := m1.cons.GroupMetadata().MemberID
 	waitFor(t, 10*time.Second, "m1 leaving", func() bool { _, ok := traffic.leftWith(id1); return ok })
 	if epoch, _ := traffic.leftWith(id1); epoch != -1 {
 		t.Fatalf("m1 left with epoch %d, want -1", epoch)
@@ -192,8 +192,8 @@ func TestMaxPollIntervalStaticMember(t *testing.T) {
 		m := startMember(t, c, "static", "mpi-static", &seq, append(slices.Clone(opts),
 			consumer.GroupInstanceID("i1"), consumer.MaxPollInterval(300*time.Millisecond))...)
 		waitConsumed(t, m, consumer.TopicPartition{Topic: topic, Partition: 0}, 5)
-		m.halt()
 		id := m.cons.GroupMetadata().MemberID
+		m.halt()
 		waitFor(t, 10*time.Second, "the partition lost", func() bool { return m.log.ownedCount() == 0 })
 		kip848 := len(opts) > 0
 		if kip848 {
