@@ -1001,7 +1001,10 @@ func (t *TxnState) endTxnAnswered(req *EndTxnRequest, r EndTxnResult) TxnStep {
 		_ = t.transition(TxnReady)
 		t.err = nil
 		return TxnStep{Done: true}
-	case kerr.InvalidProducerIDMapping.Code:
+	case kerr.InvalidProducerIDMapping.Code, kerr.UnknownProducerID.Code:
+		// The coordinator does not hold the producer's identity (as
+		// Java, abortable with a bump where KIP-360 allows one): the
+		// transaction did not end here; the abort is the bump alone.
 		t.skipEndTxn = true
 		if req.Commit {
 			return t.abortable(codeError(r.Code), true, true)

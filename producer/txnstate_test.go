@@ -350,6 +350,39 @@ func TestTxnFatal(t *testing.T) {
 	}
 }
 
+// TestTxnEndTxnUnknownIdentity: an EndTxn answered UNKNOWN_PRODUCER_ID or
+// INVALID_PRODUCER_ID_MAPPING (the coordinator does not hold the
+// producer's identity) did not end the transaction: a commit is abortable,
+// and the abort is the epoch bump alone (no EndTxn); an abort goes straight
+// to the bump. Java treats both codes so; UNKNOWN_PRODUCER_ID was fatal.
+func TestTxnEndTxnUnknownIdentity(t *testing.T) {
+	for _, code := range []int16{kerr.UnknownProducerID.Code, kerr.InvalidProducerIDMapping.Code} {
+		name := kerr.ErrorForCode(code).(*kerr.Error).Message
+		t.Run("commit "+name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+			step = h.endTxn(EndTxnResult{Code: code})
+			if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) || h.tx.State() != TxnAbortableError {
+				t.Fatalf("commit: step %+v, state %v", step, h.tx.State())
+			}
+			step, err := h.tx.Abort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.bumpDone(step, "abort")
+		})
+		t.Run("abort "+name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Abort()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
+			h.bumpDone(h.endTxn(EndTxnResult{Code: code}), "abort")
+		})
+	}
+}
+
 func TestTxnInitProducerIDRetries(t *testing.T) {
 	seq, _ := NewSequencer(Config{Transactional: true})
 	tx, _ := NewTxnState(TxnConfig{TransactionalID: txnID}, seq)
