@@ -49,6 +49,9 @@ type Consumer struct {
 	parts    map[TopicPartition]*part
 	watching map[string]func() // topic → unwatch
 	fetchers map[int32]*fetcher
+	// loops counts the fetch loops running (tests: none outlives its
+	// retirement or Close).
+	loops    atomic.Int32
 	offsets  *offsetRequests
 	ready    []*part // partitions with a buffered fetch answer, in arrival order
 	buffered int     // bytes of buffered fetch answers
@@ -258,6 +261,7 @@ func (c *Consumer) Assign(as ...Assignment) error {
 			delete(c.parts, tp)
 		}
 	}
+	c.wakeIdleFetchersLocked()
 	topics := map[string]bool{}
 	for tp := range want {
 		topics[tp.Topic] = true
@@ -690,6 +694,7 @@ func (c *Consumer) tickLoop() {
 				c.routeLocked(p, now)
 			}
 		}
+		c.wakeIdleFetchersLocked()
 		c.mu.Unlock()
 	}
 }
@@ -740,6 +745,7 @@ func (c *Consumer) metadataLoop() {
 		for _, ev := range evs {
 			c.metadataEventLocked(ev)
 		}
+		c.wakeIdleFetchersLocked()
 		c.mu.Unlock()
 	}
 }

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -137,4 +138,25 @@ func BeforeCommitSend(c *Consumer, fn func()) { c.grp.beforeSend = fn }
 func MetadataTopicID(c *Consumer, topic string) [16]byte {
 	tm, _ := c.meta.Topic(topic)
 	return tm.ID
+}
+
+// FetchLoops returns the brokers c has a fetch loop for, sorted, and how
+// many fetch loop goroutines run.
+func FetchLoops(c *Consumer) ([]int32, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []int32
+	for id := range c.fetchers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, int(c.loops.Load())
+}
+
+// BufferShare returns the share of MaxBufferedBytes each fetch loop may
+// ask for (build).
+func BufferShare(c *Consumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shareLocked()
 }

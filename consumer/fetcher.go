@@ -18,7 +18,9 @@ import (
 
 // fetcher is the fetch loop of one broker: at most one Fetch in flight,
 // naming every partition whose machine wants a fetch from this broker, with
-// a KIP-227 session. It is started by the Consumer and ends with it.
+// a KIP-227 session. It is started by the Consumer when a partition's
+// fetches first go to the broker, and ends with the Consumer or as soon as
+// no assigned partition routes to the broker (retire).
 type fetcher struct {
 	c       *Consumer
 	id      int32
@@ -73,7 +75,11 @@ func (c *Consumer) fetcherLocked(id int32) *fetcher {
 		f = &fetcher{c: c, id: id, wake: make(chan struct{}, 1), session: newFetchSession(c.cfg.sessions)}
 		c.fetchers[id] = f
 		if !c.closed {
-			c.goFn(f.loop)
+			c.loops.Add(1)
+			c.goFn(func() {
+				defer c.loops.Add(-1)
+				f.loop()
+			})
 		}
 	}
 	return f
@@ -92,18 +98,9 @@ func (c *Consumer) closeSessions(ctx context.Context) {
 	c.mu.Lock()
 	var reqs []func()
 	for id, f := range c.fetchers {
-		if f.session.id == 0 {
-			continue
+		if sid := f.session.id; sid != 0 {
+			reqs = append(reqs, func() { c.closeSession(ctx, id, sid) })
 		}
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID = -1
-		req.SessionID = f.session.id
-		req.SessionEpoch = -1
-		reqs = append(reqs, func() {
-			rctx, cancel := context.WithTimeout(ctx, sessionCloseTimeout)
-			defer cancel()
-			_, _ = c.cl.Broker(int(id)).Request(rctx, req)
-		})
 	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
@@ -111,6 +108,75 @@ func (c *Consumer) closeSessions(ctx context.Context) {
 		wg.Go(r)
 	}
 	wg.Wait()
+}
+
+// closeSession asks broker id to drop fetch session sid (the final epoch,
+// -1), within ctx and sessionCloseTimeout; the outcome is left alone.
+func (c *Consumer) closeSession(ctx context.Context, id, sid int32) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.SessionID = sid
+	req.SessionEpoch = -1
+	rctx, cancel := context.WithTimeout(ctx, sessionCloseTimeout)
+	defer cancel()
+	_, _ = c.cl.Broker(int(id)).Request(rctx, req)
+}
+
+// routedLocked returns the brokers the assigned partitions' fetches go to
+// now (routeLocked): those whose fetch loops have work, or will have.
+func (c *Consumer) routedLocked(now time.Time) map[int32]bool {
+	routed := map[int32]bool{}
+	for _, p := range c.parts {
+		routed[c.routeLocked(p, now)] = true
+	}
+	return routed
+}
+
+// wakeIdleFetchersLocked wakes the fetch loops, not fetching now, of
+// brokers no assigned partition routes to, so that they retire: called
+// when partitions are unassigned or their leaders move, and on every
+// tick. A loop with a fetch in flight checks when it is answered.
+func (c *Consumer) wakeIdleFetchersLocked() {
+	var routed map[int32]bool
+	for id, f := range c.fetchers {
+		if f.cancel != nil {
+			continue
+		}
+		if routed == nil {
+			routed = c.routedLocked(time.Now())
+		}
+		if !routed[id] {
+			f.wakeUp()
+		}
+	}
+}
+
+// retire ends the fetch loop, with nothing in flight, if no assigned
+// partition routes to its broker now: it leaves the consumer's loops (a
+// partition routed to the broker again starts a new one, with a new
+// session), so that the buffer is shared among the loops that fetch
+// (build), and its fetch session is closed as Close closes them. Kept,
+// a loop per broker ever led from stayed for the consumer's life, each
+// shrinking every broker's share of MaxBufferedBytes.
+func (f *fetcher) retire() bool {
+	c := f.c
+	c.mu.Lock()
+	if c.closed || c.fetchers[f.id] != f || c.routedLocked(time.Now())[f.id] {
+		c.mu.Unlock()
+		return false
+	}
+	delete(c.fetchers, f.id)
+	if c.bufferFull {
+		// The others' shares grew.
+		c.bufferFull = false
+		c.wakeFetchersLocked()
+	}
+	sid := f.session.id
+	c.mu.Unlock()
+	if sid != 0 {
+		c.closeSession(c.ctx, f.id, sid)
+	}
+	return true
 }
 
 // sessionCloseTimeout bounds Close's wait for a broker to drop its fetch
@@ -331,6 +397,9 @@ func (f *fetcher) loop() {
 				return
 			}
 		}
+		if f.retire() {
+			return
+		}
 	}
 }
 
@@ -349,7 +418,7 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	// broker's fetch asks for at most its share of the buffer, or what is
 	// left of it, and waits (for Poll, or an answer) when that is too
 	// little. A broker may still answer one batch larger than MaxBytes.
-	share := c.cfg.maxBuffered / len(c.fetchers)
+	share := c.shareLocked()
 	room := func() int {
 		return min(int(c.cfg.maxBytes), share, c.cfg.maxBuffered-c.buffered-c.reserved)
 	}
@@ -451,6 +520,13 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 		req.ForgottenTopics[i].Partitions = append(req.ForgottenTopics[i].Partitions, tp.Partition)
 	}
 	return req, parts, pl, want
+}
+
+// shareLocked returns each fetch loop's share of MaxBufferedBytes: the
+// bound split among the loops there are now (retired ones leave theirs to
+// the others).
+func (c *Consumer) shareLocked() int {
+	return c.cfg.maxBuffered / max(1, len(c.fetchers))
 }
 
 // dropPausedLocked drops the answers buffered for paused partitions (none

@@ -498,6 +498,7 @@ func (c *Consumer) removePartsLocked(tps []TopicPartition) {
 		c.dropBufferLocked(p)
 		delete(c.parts, tp)
 	}
+	c.wakeIdleFetchersLocked()
 	still := map[string]bool{}
 	for tp := range c.parts {
 		still[tp.Topic] = true
