@@ -499,7 +499,7 @@ func (c *Consumer) setPaused(tps []TopicPartition, paused bool) error {
 				// A fetch the machine asked for before the pause was
 				// withheld, and the machine does not ask again: its
 				// fetch loop must look at it now.
-				c.fetcherLocked(c.routeLocked(p, time.Now())).wakeUp()
+				c.fetchableLocked(p, c.routeLocked(p, time.Now()))
 			}
 		}
 	}

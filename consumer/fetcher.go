@@ -39,6 +39,14 @@ type fetcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	canceled bool
+	// admitted is when the loop last canceled its fetch in flight for a
+	// partition that became fetchable without being in it; admitting
+	// holds that partition's wait when the last was too recent, and
+	// cancels admitFor when it ends (guarded by Consumer.mu; see
+	// admitLocked).
+	admitted  time.Time
+	admitting *time.Timer
+	admitFor  context.Context // the fetch admitting cancels
 	// afterCancel is set while the request in flight is the one sent
 	// again at once after a fetch this loop canceled itself (used by the
 	// fetch loop alone): kgo closes the connection a canceled fetch was
@@ -57,6 +65,61 @@ func (f *fetcher) cancelLocked() {
 		f.cancel()
 	}
 }
+
+// fetchableLocked wakes the fetch loop of broker id for p, whose fetch
+// waits to be sent there, and has its fetch in flight canceled and sent
+// again with p (admitLocked).
+func (c *Consumer) fetchableLocked(p *part, id int32) {
+	f := c.fetcherLocked(id)
+	f.wakeUp()
+	f.admitLocked(p)
+}
+
+// admitLocked cancels the loop's fetch in flight, which p is not in, now
+// that p waits to be sent: a fetch parked at the broker (its partitions
+// have no data) would hold p up to FetchMaxWait, every time a partition
+// becomes fetchable (assigned, resumed, validated, or its buffered answer
+// handed out while an idle partition's fetch is parked). A cancel costs
+// the connection (kgo closes a canceled request's) and the answer in
+// flight, so these cancels are spaced by at least admitGap: one sooner is
+// deferred to the end of the gap (if the same fetch is still in flight
+// then; one sent since took p). However often partitions become
+// fetchable, each fetch has admitGap to be answered (an answer with data
+// comes at once), a broker's connection is closed at most once per
+// admitGap for it, and a fetchable partition waits at most admitGap, not
+// FetchMaxWait. With a FetchMaxWait of at most admitGap nothing is
+// canceled: the parked fetch ends as soon.
+func (f *fetcher) admitLocked(p *part) {
+	c := f.c
+	if f.cancel == nil || f.canceled || p.flying == f || p.fetch == nil || p.sent || p.paused || p.buf != nil || c.cfg.maxWait <= admitGap {
+		return
+	}
+	now := time.Now()
+	if wait := f.admitted.Add(admitGap).Sub(now); wait > 0 {
+		// The fetch to cancel when the gap ends: this one (a timer
+		// set for an earlier fetch serves it).
+		f.admitFor = f.ctx
+		if f.admitting == nil {
+			f.admitting = time.AfterFunc(wait, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				f.admitting = nil
+				if f.ctx != nil && f.ctx == f.admitFor && !f.canceled {
+					f.admitted = time.Now()
+					f.cancelLocked()
+				}
+				f.admitFor = nil
+			})
+		}
+		return
+	}
+	f.admitted = now
+	f.cancelLocked()
+}
+
+// admitGap is the least time between two cancels of a loop's fetches for
+// partitions that became fetchable (admitLocked).
+const admitGap = 200 * time.Millisecond
 
 // fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
 // most (v13 replaced names with topic IDs).
@@ -246,7 +309,7 @@ func (c *Consumer) routeLocked(p *part, now time.Time) int32 {
 	}
 	p.replica = noReplica
 	if p.fetch != nil && !p.sent && leader >= 0 {
-		c.fetcherLocked(leader).wakeUp()
+		c.fetchableLocked(p, leader)
 	}
 	return leader
 }
@@ -381,6 +444,14 @@ func (c *Consumer) leaderAnsweredLocked(p *part, op string, broker int32, failed
 
 func (f *fetcher) loop() {
 	c := f.c
+	defer func() {
+		c.mu.Lock()
+		if f.admitting != nil {
+			f.admitting.Stop()
+			f.admitting, f.admitFor = nil, nil
+		}
+		c.mu.Unlock()
+	}()
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -660,7 +731,7 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 				}
 				in.p.sent = false
 				if to := c.routeLocked(in.p, now); to != f.id {
-					c.fetcherLocked(to).wakeUp()
+					c.fetchableLocked(in.p, to)
 				}
 			}
 			f.wakeUp()

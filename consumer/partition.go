@@ -325,7 +325,7 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 			// up to FetchMaxWait for it.
 			p.flying.cancelLocked()
 		}
-		c.fetcherLocked(c.routeLocked(p, time.Now())).wakeUp()
+		c.fetchableLocked(p, c.routeLocked(p, time.Now()))
 	case seek.ActValidate:
 		c.offsets.addValidate(p.tp, a.Validate)
 	case seek.ActListOffsets:
