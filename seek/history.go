@@ -50,9 +50,12 @@ type EpochEntry struct {
 //
 // The zero value is an empty history of DefaultHistorySize entries, and a
 // nil *EpochHistory reads as one (Size, Len, Entries, End, Dropped,
-// TopicID, EpochOf, String, Clone; a Start whose History is nil steps as
-// one with an empty history). An EpochHistory is not safe for concurrent
-// use; Clone copies it.
+// TopicID, EpochOf, String, Clone, MarshalBinary, AppendBinary; a Start
+// whose History is nil steps as one with an empty history) and stays one:
+// it has nowhere to keep anything, so Observe, SetTopicID, Cut and Reset
+// do nothing on it, and UnmarshalBinary returns an error (use
+// NewEpochHistory, or the zero value, for a history to fill). An
+// EpochHistory is not safe for concurrent use; Clone copies it.
 type EpochHistory struct {
 	entries []EpochEntry
 	end     int64 // offset after the last covered record; meaningful when entries is not empty
@@ -162,9 +165,10 @@ func (h *EpochHistory) TopicID() TopicID { return h.read().topicID }
 
 // SetTopicID names the topic incarnation whose records the history
 // describes. A history that named another incarnation is emptied first:
-// its records were those of a deleted topic. A zero id changes nothing.
+// its records were those of a deleted topic. A zero id changes nothing,
+// nor does any on a nil h (it stays empty, with no topic ID).
 func (h *EpochHistory) SetTopicID(id TopicID) {
-	if id == (TopicID{}) {
+	if h == nil || id == (TopicID{}) {
 		return
 	}
 	if h.topicID != (TopicID{}) && h.topicID != id {
@@ -174,8 +178,11 @@ func (h *EpochHistory) SetTopicID(id TopicID) {
 }
 
 // Reset empties the history (its size and topic ID are kept, Dropped
-// becomes false).
+// becomes false). On a nil h, which is empty, it does nothing.
 func (h *EpochHistory) Reset() {
+	if h == nil {
+		return
+	}
 	h.entries = h.entries[:0]
 	h.end = 0
 	h.dropped = false
@@ -189,13 +196,14 @@ func (h *EpochHistory) Reset() {
 // a lower epoch than the last entry left (a rewritten log) restarts the
 // history at the batch, as does a batch without an epoch (epoch < 0: a
 // pre-v2 message set, which the history cannot describe). A batch with
-// last < base or a negative base is ignored.
+// last < base or a negative base is ignored, and so is every batch on a
+// nil h (it stays empty).
 //
 // The caller observes batches in delivery order; offsets between two
 // batches that the log does not hold (compaction) take the epoch of the
 // batch before them.
 func (h *EpochHistory) Observe(epoch int32, base, last int64) {
-	if base < 0 || last < base {
+	if h == nil || base < 0 || last < base {
 		return
 	}
 	if epoch < 0 {
@@ -233,7 +241,11 @@ func (h *EpochHistory) trim() {
 
 // Cut forgets everything at and after offset: after a truncation diverging
 // at offset, or before re-reading from offset. End becomes at most offset.
+// On a nil h, which is empty, it does nothing.
 func (h *EpochHistory) Cut(offset int64) {
+	if h == nil {
+		return
+	}
 	n := len(h.entries)
 	for n > 0 && h.entries[n-1].StartOffset >= offset {
 		n--
@@ -311,6 +323,9 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// ErrNilHistory is what UnmarshalBinary returns on a nil *EpochHistory.
+var ErrNilHistory = errors.New("seek: UnmarshalBinary into a nil *EpochHistory")
+
 // ErrCorruptHistory is matched (errors.Is) by every error UnmarshalBinary
 // and EpochHistoryOf return for input that is not a valid history.
 var ErrCorruptHistory = errors.New("seek: invalid epoch history")
@@ -332,12 +347,14 @@ func (e *HistoryError) Unwrap() error { return ErrCorruptHistory }
 // MarshalBinary encodes the history (encoding.BinaryMarshaler). It never
 // fails.
 func (h *EpochHistory) MarshalBinary() ([]byte, error) {
+	h = h.read()
 	return h.AppendBinary(make([]byte, 0, historyHeaderSize+historyIDSize+historyEntrySize*len(h.entries)+4))
 }
 
 // AppendBinary appends the encoded history to b (encoding.BinaryAppender).
 // It never fails.
 func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
+	h = h.read()
 	from := len(b)
 	b = append(b, historyMagic...)
 	hasID := h.topicID != (TopicID{})
@@ -371,8 +388,12 @@ func (h *EpochHistory) AppendBinary(b []byte) ([]byte, error) {
 // or count out of bounds, a length that does not match the count, a CRC
 // mismatch, a zero topic ID (version 2), or entries that are negative or not
 // strictly increasing, or do not end before End. It never panics, and it allocates at most what data's length
-// justifies.
+// justifies. A nil h has nowhere to decode into: UnmarshalBinary returns
+// ErrNilHistory (not ErrCorruptHistory: data was not read).
 func (h *EpochHistory) UnmarshalBinary(data []byte) error {
+	if h == nil {
+		return ErrNilHistory
+	}
 	fail := func(v int, reason string) error { return &HistoryError{Version: v, Reason: reason} }
 	if len(data) < historyHeaderSize+4 {
 		return fail(0, "short input ("+strconv.Itoa(len(data))+" bytes)")

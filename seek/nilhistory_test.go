@@ -1,6 +1,7 @@
 package seek
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 )
@@ -45,6 +46,64 @@ func TestStartHistoryNilIsEmpty(t *testing.T) {
 					t.Errorf("stepped %v: actions %s, %s; want %s, %s, as with an empty history", tc.start.Kind, acts, state, wantActs, wantState)
 				}
 			})
+		}
+	}
+}
+
+// Every method of a nil *EpochHistory behaves as on an empty history that
+// stays empty: the readers answer as for an empty one (MarshalBinary and
+// AppendBinary panicked), the mutators (Observe, SetTopicID, Cut, Reset:
+// they panicked) leave it nil and empty, and UnmarshalBinary, with nowhere
+// to decode into, returns ErrNilHistory.
+func TestNilEpochHistoryMethods(t *testing.T) {
+	encoded, _ := NewEpochHistory(0).MarshalBinary()
+	full, err := EpochHistoryOf([]EpochEntry{{Epoch: 1, StartOffset: 0}, {Epoch: 3, StartOffset: 10}}, 20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encodedFull, _ := full.MarshalBinary()
+	for _, tc := range []struct {
+		name string
+		call func(h *EpochHistory) any
+		// want is the result on nil; none: the result on an empty
+		// history.
+		want any
+	}{
+		{"Size", func(h *EpochHistory) any { return h.Size() }, nil},
+		{"Len", func(h *EpochHistory) any { return h.Len() }, nil},
+		{"Entries", func(h *EpochHistory) any { return h.Entries() }, nil},
+		{"End", func(h *EpochHistory) any { return h.End() }, nil},
+		{"Dropped", func(h *EpochHistory) any { return h.Dropped() }, nil},
+		{"TopicID", func(h *EpochHistory) any { return h.TopicID() }, nil},
+		{"EpochOf", func(h *EpochHistory) any { e, ok := h.EpochOf(5); return fmt.Sprint(e, ok) }, nil},
+		{"String", func(h *EpochHistory) any { return h.String() }, nil},
+		{"Clone", func(h *EpochHistory) any { return h.Clone().String() }, nil},
+		{"MarshalBinary", func(h *EpochHistory) any { b, err := h.MarshalBinary(); return fmt.Sprint(b, err) }, nil},
+		{"AppendBinary", func(h *EpochHistory) any { b, err := h.AppendBinary([]byte{7}); return fmt.Sprint(b, err) }, nil},
+		{"Observe", func(h *EpochHistory) any { h.Observe(2, 0, 9); return h.String() }, NewEpochHistory(0).String()},
+		{"SetTopicID", func(h *EpochHistory) any { h.SetTopicID(TopicID{1}); return h.TopicID() }, TopicID{}},
+		{"Cut", func(h *EpochHistory) any { h.Cut(3); return h.String() }, nil},
+		{"Reset", func(h *EpochHistory) any { h.Reset(); return h.String() }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h *EpochHistory
+			got := fmt.Sprint(tc.call(h))
+			want := fmt.Sprint(tc.want)
+			if tc.want == nil {
+				want = fmt.Sprint(tc.call(NewEpochHistory(0)))
+			}
+			if got != want {
+				t.Errorf("nil.%s = %s; want %s", tc.name, got, want)
+			}
+			if h != nil || h.Len() != 0 || h.End() != NoOffset {
+				t.Errorf("nil history not empty after %s: %v", tc.name, h)
+			}
+		})
+	}
+	for _, data := range [][]byte{encoded, encodedFull, nil} {
+		var h *EpochHistory
+		if err := h.UnmarshalBinary(data); !errors.Is(err, ErrNilHistory) || errors.Is(err, ErrCorruptHistory) {
+			t.Errorf("nil.UnmarshalBinary(%x) = %v; want ErrNilHistory", data, err)
 		}
 	}
 }
