@@ -116,3 +116,40 @@ func TestFetchLoopRetiresWhenUnassigned(t *testing.T) {
 		return len(ids) == 0 && running == 0
 	})
 }
+
+// A retired fetch loop closes its fetch session as Close does: its ID with
+// the final epoch (-1), so that it does not hold a slot of the broker's
+// session cache until it ages out.
+func TestRetiredFetchLoopClosesItsSession(t *testing.T) {
+	c, reqs := sessionWatchedCluster(t)
+	cons := newConsumer(t, c)
+	assignAll(t, cons, 1, consumer.At(0))
+	var session int32
+	deadline := time.After(10 * time.Second)
+	for session == 0 {
+		select {
+		case r := <-reqs:
+			if r.epoch > 0 {
+				session = r.id
+			}
+		case <-deadline:
+			t.Fatal("no incremental fetch")
+		}
+	}
+	if err := cons.Assign(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case r := <-reqs:
+			if r.id == session && r.epoch == -1 {
+				if ids, _ := consumer.FetchLoops(cons); len(ids) != 0 {
+					t.Fatalf("loops %v after the session was closed", ids)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("session %d not closed after its loop had no partition left", session)
+		}
+	}
+}
