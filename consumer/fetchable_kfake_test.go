@@ -96,3 +96,80 @@ func TestFetchableNotHeldBehindParkedFetch(t *testing.T) {
 		t.Logf("round %d: records after %v", round, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// A fetch answering with data is not canceled for a partition that became
+// fetchable meanwhile: only a fetch in flight for the admit gap (200ms) may
+// be, as one parked at the broker. Here a fetch whose answer carries
+// partition 0's records is held 100ms on its way back while partition 1
+// is resumed on the same broker; the answer must arrive, not be canceled
+// (a cancel throws the answer away and costs the connection).
+func TestFetchWithDataNotCanceledForFetchable(t *testing.T) {
+	c := newClusterWith(t, 2, kfake.NumBrokers(1))
+	cons := newConsumer(t, c, consumer.FetchMaxWait(5*time.Second))
+	var (
+		mu       sync.Mutex
+		hold     bool
+		holding  = make(chan struct{})
+		canceled int
+		held     int
+	)
+	consumer.InterceptFetches(cons, func(ctx context.Context, _ int32, req *kmsg.FetchRequest, send func(context.Context) (kmsg.Response, error)) (kmsg.Response, error) {
+		resp, err := send(ctx)
+		if err != nil {
+			return resp, err
+		}
+		data := false
+		for _, rt := range resp.(*kmsg.FetchResponse).Topics {
+			for _, rp := range rt.Partitions {
+				data = data || (rp.Partition == 0 && len(rp.RecordBatches) > 0)
+			}
+		}
+		mu.Lock()
+		mine := hold && data
+		if mine {
+			hold = false
+			close(holding)
+		}
+		mu.Unlock()
+		if !mine {
+			return resp, err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			mu.Lock()
+			canceled++
+			mu.Unlock()
+			return nil, ctx.Err()
+		}
+		mu.Lock()
+		held++
+		mu.Unlock()
+		return resp, nil
+	})
+	assignAll(t, cons, 2, consumer.At(0))
+	if err := cons.Pause(consumer.TopicPartition{Topic: topic, Partition: 1}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	hold = true
+	mu.Unlock()
+	produceRange(t, c, 0, 0, 5)
+	select {
+	case <-holding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fetch answered with partition 0's records")
+	}
+	if err := cons.Resume(consumer.TopicPartition{Topic: topic, Partition: 1}); err != nil {
+		t.Fatal(err)
+	}
+	recs, evs, errs := pollUntil(t, cons, 5, 10*time.Second)
+	if len(recs) != 5 || len(evs)+len(errs) > 0 {
+		t.Fatalf("%d records, events %v, errors %v; want 5", len(recs), evs, errs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if canceled != 0 || held != 1 {
+		t.Fatalf("the fetch answering with data was canceled %d times (delivered %d); want delivered once, never canceled", canceled, held)
+	}
+}

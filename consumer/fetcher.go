@@ -39,12 +39,11 @@ type fetcher struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	canceled bool
-	// admitted is when the loop last canceled its fetch in flight for a
-	// partition that became fetchable without being in it; admitting
-	// holds that partition's wait when the last was too recent, and
-	// cancels admitFor when it ends (guarded by Consumer.mu; see
-	// admitLocked).
-	admitted  time.Time
+	// sentAt is when the fetch in flight was sent; admitting holds a
+	// partition that became fetchable without being in it until that
+	// fetch was in flight for admitGap, and cancels admitFor when it
+	// ends (guarded by Consumer.mu; see admitLocked).
+	sentAt    time.Time
 	admitting *time.Timer
 	admitFor  context.Context // the fetch admitting cancels
 	// afterCancel is set while the request in flight is the one sent
@@ -81,23 +80,22 @@ func (c *Consumer) fetchableLocked(p *part, id int32) {
 // becomes fetchable (assigned, resumed, validated, or its buffered answer
 // handed out while an idle partition's fetch is parked). A cancel costs
 // the connection (kgo closes a canceled request's) and the answer in
-// flight, so these cancels are spaced by at least admitGap: one sooner is
-// deferred to the end of the gap (if the same fetch is still in flight
-// then; one sent since took p). However often partitions become
-// fetchable, each fetch has admitGap to be answered (an answer with data
-// comes at once), a broker's connection is closed at most once per
-// admitGap for it, and a fetchable partition waits at most admitGap, not
-// FetchMaxWait. With a FetchMaxWait of at most admitGap nothing is
-// canceled: the parked fetch ends as soon.
+// flight, so only a fetch in flight for admitGap is canceled: one with
+// data is answered well before, and is never thrown away for this; a
+// younger one is canceled when it reaches admitGap, if still in flight
+// (one sent since took p). However often partitions become fetchable,
+// each fetch has admitGap to be answered, a broker's connection is closed
+// for this at most once per admitGap, and a fetchable partition waits at
+// most admitGap, not FetchMaxWait. With a FetchMaxWait of at most
+// admitGap nothing is canceled: the parked fetch ends as soon.
 func (f *fetcher) admitLocked(p *part) {
 	c := f.c
 	if f.cancel == nil || f.canceled || p.flying == f || p.fetch == nil || p.sent || p.paused || p.buf != nil || c.cfg.maxWait <= admitGap {
 		return
 	}
-	now := time.Now()
-	if wait := f.admitted.Add(admitGap).Sub(now); wait > 0 {
-		// The fetch to cancel when the gap ends: this one (a timer
-		// set for an earlier fetch serves it).
+	if wait := time.Until(f.sentAt.Add(admitGap)); wait > 0 {
+		// The fetch to cancel when it is admitGap old: this one (a
+		// timer set for it already serves).
 		f.admitFor = f.ctx
 		if f.admitting == nil {
 			f.admitting = time.AfterFunc(wait, func() {
@@ -105,7 +103,6 @@ func (f *fetcher) admitLocked(p *part) {
 				defer c.mu.Unlock()
 				f.admitting = nil
 				if f.ctx != nil && f.ctx == f.admitFor && !f.canceled {
-					f.admitted = time.Now()
 					f.cancelLocked()
 				}
 				f.admitFor = nil
@@ -113,12 +110,11 @@ func (f *fetcher) admitLocked(p *part) {
 		}
 		return
 	}
-	f.admitted = now
 	f.cancelLocked()
 }
 
-// admitGap is the least time between two cancels of a loop's fetches for
-// partitions that became fetchable (admitLocked).
+// admitGap is how long a fetch is in flight before it may be canceled for
+// a partition that became fetchable (admitLocked).
 const admitGap = 200 * time.Millisecond
 
 // fetchByName is a Fetch that names its topics: kgo negotiates it at v12 at
@@ -541,6 +537,7 @@ func (f *fetcher) build() (*kmsg.FetchRequest, map[TopicPartition]inflight, plan
 	c.reserved += maxBytes
 	f.ctx, f.cancel = context.WithTimeout(c.ctx, c.cfg.requestTimeout+c.cfg.maxWait)
 	f.canceled = false
+	f.sentAt = time.Now()
 	pl := f.session.plan(want)
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
