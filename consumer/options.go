@@ -153,7 +153,11 @@ func TruncationPolicy(p seek.Policy) Opt { return optFunc(func(c *cfg) { c.polic
 func ReadCommitted() Opt { return optFunc(func(c *cfg) { c.readCommitted = true }) }
 
 // FetchMaxWait is how long a broker may hold a Fetch waiting for data
-// (default 500ms).
+// (default 500ms). Above 200ms, a held Fetch is canceled (once it is
+// 200ms old) when another partition of the same broker becomes fetchable,
+// so that partition does not wait behind it; the transport re-makes the
+// connection a canceled Fetch was on. At 200ms or less nothing is
+// canceled.
 func FetchMaxWait(d time.Duration) Opt { return optFunc(func(c *cfg) { c.maxWait = d }) }
 
 // FetchMinBytes is how many bytes a broker waits for before answering a
