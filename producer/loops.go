@@ -406,7 +406,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	ps := p.parts[tp]
 	if ps == nil || ps.leader < 0 {
 		p.mu.Unlock()
-		p.retryLedger(t)
+		p.retryLedger(t, errors.ErrLeaderNotAvailable)
 		return
 	}
 	leader, topicID := ps.leader, ps.topicID
@@ -416,7 +416,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	if q := t.query; q != nil {
 		end, err := p.offsetForLeaderEpoch(leader, tp, q.Epoch, q.CurrentLeaderEpoch)
 		if err != nil {
-			p.retryLedger(t)
+			p.ledgerFailed(t, err)
 			return
 		}
 		p.mu.Lock()
@@ -425,7 +425,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	} else {
 		pr, err := p.probe(leader, tp, topicID, *t.probe)
 		if err != nil {
-			p.retryLedger(t)
+			p.ledgerFailed(t, err)
 			return
 		}
 		p.mu.Lock()
@@ -433,14 +433,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
-	if fn := p.cfg.onAckedLoss; fn != nil {
-		for _, l := range res.Lost {
-			p.queueFnLocked(func() { fn(l) })
-		}
-		for _, l := range res.Unconfirmed {
-			p.queueFnLocked(func() { fn(l) })
-		}
-	}
+	p.reportLedgerLocked(res)
 	if res.Next != nil {
 		p.queueLedgerLocked(ledgerTask{query: res.Next})
 	}
@@ -450,7 +443,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 			// watermark, say): ask again after a backoff, a bounded
 			// number of times, not at once and forever.
 			p.mu.Unlock()
-			p.retryLedger(ledgerTask{probe: res.Probe, tries: t.tries})
+			p.retryLedger(ledgerTask{probe: res.Probe, tries: t.tries}, errProbeStuck)
 			return
 		}
 		p.queueLedgerLocked(ledgerTask{probe: res.Probe})
@@ -458,12 +451,48 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	p.mu.Unlock()
 }
 
+// reportLedgerLocked queues res's reports for OnAckedWritesLost.
+func (p *Producer) reportLedgerLocked(res CheckResult) {
+	if fn := p.cfg.onAckedLoss; fn != nil {
+		for _, l := range res.Lost {
+			p.queueFnLocked(func() { fn(l) })
+		}
+		for _, l := range res.Unconfirmed {
+			p.queueFnLocked(func() { fn(l) })
+		}
+	}
+}
+
+// ledgerTries bounds the attempts of one acked-write check (with the
+// backoff growing each try: about 21 s with the default RetryBackoff).
+const ledgerTries = 20
+
+// errProbeStuck is the error of a probe whose fetches kept reaching none of
+// the ranges it is about.
+var errProbeStuck = errors.New("the leader's log could not be read at the acknowledged offsets (the fetch returned nothing there)")
+
+// ledgerFailed handles a check whose request failed with err: one the
+// broker refused for good (a Kafka error that is not retriable, such as
+// TOPIC_AUTHORIZATION_FAILED) is abandoned at once, anything else retried.
+func (p *Producer) ledgerFailed(t ledgerTask, err error) {
+	if p.ctx.Err() != nil {
+		return // closing: nothing is reported any more
+	}
+	if _, kafka := errors.AsType[*kerr.Error](err); kafka && !errors.IsRetriable(err) {
+		p.abandonLedger(t, err)
+		return
+	}
+	p.retryLedger(t, err)
+}
+
 // retryLedger queues a failed check again after a backoff (a newer leader
 // epoch supersedes it anyway). The backoff is waited on a timer, not in the
-// ledger loop: the other partitions' checks go on meanwhile.
-func (p *Producer) retryLedger(t ledgerTask) {
+// ledger loop: the other partitions' checks go on meanwhile. After
+// ledgerTries the check is abandoned: its ranges are reported unverified.
+func (p *Producer) retryLedger(t ledgerTask, err error) {
 	t.tries++
-	if t.tries > 20 {
+	if t.tries > ledgerTries {
+		p.abandonLedger(t, err)
 		return
 	}
 	p.meta.Trigger(metadata.ReasonWait)
@@ -475,6 +504,26 @@ func (p *Producer) retryLedger(t ledgerTask) {
 		p.queueLedgerLocked(t)
 		p.mu.Unlock()
 	})
+}
+
+// abandonLedger gives up on a check: unless it was superseded meanwhile (a
+// newer leader epoch, a recheck, the topic recreated: its successor covers
+// the same ranges), the application is told that the ranges it was about
+// were not verified (AckedWritesLost with Unconfirmed and Err), never left
+// to believe that no report means they survived.
+func (p *Producer) abandonLedger(t ledgerTask, err error) {
+	if p.ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var res CheckResult
+	if t.query != nil {
+		res = p.ledger.AbandonQuery(*t.query, err)
+	} else {
+		res = p.ledger.AbandonProbe(*t.probe, err)
+	}
+	p.reportLedgerLocked(res)
 }
 
 func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, current int32) (EpochEnd, error) {

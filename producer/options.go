@@ -267,8 +267,16 @@ func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome
 // OnAckedWritesLost is called when records the brokers acknowledged are
 // found to be gone from the log after a leader change (an unclean leader
 // election truncated them), and (with AckedWritesLost.Unconfirmed set) when
-// they may be gone but the leader's log cannot tell. It runs on the
-// producer's callback goroutine (see Produce).
+// they may be gone but the leader's log cannot tell, or (Unconfirmed, with
+// AckedWritesLost.Err matching ErrAckCheckFailed and the cause) when they
+// could not be checked at all: the new leader refused the check for good
+// (TOPIC_AUTHORIZATION_FAILED for a producer allowed to write but not to
+// describe the topic, say) or it kept failing past its retries (20, the
+// backoff growing from RetryBackoff: about 21 s by default). Acknowledged
+// writes nothing was reported for after a leader change were verified in
+// the new leader's log (or the check was superseded by a later leader
+// change, whose check covers them). It runs on the producer's callback
+// goroutine (see Produce).
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }

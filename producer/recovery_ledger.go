@@ -5,6 +5,7 @@ package producer
 // forget a write once it is acknowledged.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -109,6 +110,14 @@ type AckedWritesLost struct {
 	// LeaderEpoch is -1, Producer NoProducerID and FirstSequence -1.
 	// Reported once per offset.
 	Untracked bool
+	// Err (with Unconfirmed) says the range was not verified at all
+	// after the leader change: the check (OffsetForLeaderEpoch, or the
+	// fetch of batch headers confirming it) failed for good, or kept
+	// failing past its bounded retries, and Err is the last attempt's
+	// error (matching ErrAckCheckFailed). The records may be in the
+	// log or gone; the producer no longer tracks them. It is nil for a
+	// range the leader's log was read for.
+	Err error
 }
 
 // CheckResult is the outcome of one answer applied to the ledger.
@@ -120,7 +129,9 @@ type CheckResult struct {
 	// because they carry no producer identity (records of a
 	// non-idempotent producer), or because their offsets lie in a gap
 	// (compaction) that nothing of theirs follows. They may be lost; they
-	// are no longer tracked. Each has Unconfirmed set.
+	// are no longer tracked. Each has Unconfirmed set. From AbandonQuery
+	// and AbandonProbe: the ranges a check that could not be made was to
+	// verify, each with Err set too.
 	Unconfirmed []AckedWritesLost
 	// Unknown: the answer could not settle anything by epochs ((-1, -1),
 	// or an epoch above the one asked). The ranges it was about that
@@ -200,7 +211,10 @@ const DefaultLedgerRanges = 1024
 // When a loss (or a possible one) reaches the oldest range still held, the
 // dropped offsets are reported Unconfirmed and Untracked, once: the
 // application learns that acknowledged writes below the ones reported may
-// be gone too. It is pure (no I/O, no clock) and not safe for concurrent
+// be gone too. A check the I/O layer cannot make (its requests refused for
+// good, or failing past their retries) is given up with AbandonQuery or
+// AbandonProbe, which report its ranges Unconfirmed with Err: no range is
+// dropped unverified without a report. It is pure (no I/O, no clock) and not safe for concurrent
 // use.
 type AckLedger struct {
 	max    int
@@ -619,6 +633,61 @@ func (l *AckLedger) untracked(res *CheckResult, tp TopicPartition, p *ledgerPart
 		TP: tp, From: from, To: p.forgotten, LeaderEpoch: -1, Producer: NoProducerID, FirstSequence: -1,
 		CurrentLeaderEpoch: cur, Unconfirmed: true, Untracked: true,
 	})
+}
+
+// AbandonQuery gives up on q: it could not be answered (its requests
+// failed for good, or kept failing), with err the last attempt's error.
+// Every range of the partition it was to verify (those not yet verified
+// against the current leader, and not waiting for a probe) is reported
+// Unconfirmed with Err set (matching ErrAckCheckFailed) and no longer
+// tracked; when the oldest range held is among them, so are the offsets
+// the bound dropped below it (Untracked). A query the ledger no longer
+// Wants is Stale: its successor covers the ranges.
+func (l *AckLedger) AbandonQuery(q EpochQuery, err error) CheckResult {
+	p := l.parts[q.TP]
+	if p == nil || p.query == nil || p.query.id != q.id {
+		return CheckResult{Stale: true}
+	}
+	p.query = nil
+	return l.abandon(q.TP, p, q.CurrentLeaderEpoch, err, func(e *ledgerEntry) bool { return !e.checked && !e.suspect })
+}
+
+// AbandonProbe is AbandonQuery for a probe that could not be made: the
+// ranges waiting for it are reported.
+func (l *AckLedger) AbandonProbe(pr Probe, err error) CheckResult {
+	p := l.parts[pr.TP]
+	if p == nil || p.probe == nil || p.probe.id != pr.id {
+		return CheckResult{Stale: true}
+	}
+	p.probe = nil
+	return l.abandon(pr.TP, p, pr.CurrentLeaderEpoch, err, func(e *ledgerEntry) bool { return e.suspect })
+}
+
+// abandon reports the ranges of p that unverified selects as not verified
+// because of err, and drops them.
+func (l *AckLedger) abandon(tp TopicPartition, p *ledgerPart, cur int32, err error, unverified func(*ledgerEntry) bool) CheckResult {
+	var res CheckResult
+	if err == nil {
+		err = ErrAckCheckFailed
+	} else if !errors.Is(err, ErrAckCheckFailed) {
+		err = fmt.Errorf("%w: %w", ErrAckCheckFailed, err)
+	}
+	var kept []*ledgerEntry
+	for i, e := range p.entries {
+		if !unverified(e) {
+			kept = append(kept, e)
+			continue
+		}
+		res.Unconfirmed = append(res.Unconfirmed, unconfirmed(tp, e, cur))
+		if i == 0 {
+			l.untracked(&res, tp, p, cur, -1)
+		}
+	}
+	for i := range res.Unconfirmed {
+		res.Unconfirmed[i].Err = err
+	}
+	p.entries = kept
+	return res
 }
 
 // unconfirmed is lost's report for a range that may be gone.

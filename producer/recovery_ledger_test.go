@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -470,4 +471,44 @@ func TestLedgerBoundReportsUntracked(t *testing.T) {
 			t.Fatalf("untracked %v again; the dropped offsets were reported", got)
 		}
 	})
+}
+
+// A check that cannot be made is not silence: the ranges it was to verify
+// are reported Unconfirmed with Err (matching ErrAckCheckFailed and the
+// cause), as are the offsets the bound dropped below the oldest of them,
+// and dropped; ranges verified already are not reported, and an abandoned
+// check that was superseded reports nothing.
+func TestLedgerAbandonedCheckReportsUnverified(t *testing.T) {
+	cause := errors.New("refused")
+	l := NewAckLedger(3)
+	l.ObserveLeaderEpoch(tp0, 1)
+	rec(t, l, 0, 5, 1, true) // another producer's records between the ranges
+	rec(t, l, 6, 10, 1, true)
+	rec(t, l, 11, 20, 1, true)
+	q, ok := l.ObserveLeaderEpoch(tp0, 2)
+	stale := mustQuery(t, q, ok, 1, 2)
+	q, ok = l.ObserveLeaderEpoch(tp0, 3)
+	q2 := mustQuery(t, q, ok, 1, 3)
+	rec(t, l, 21, 25, 3, true) // written under the new leader: verified; the bound drops [0, 5)
+	if res := l.AbandonQuery(stale, cause); !res.Stale || len(res.Unconfirmed) != 0 {
+		t.Fatalf("superseded check abandoned: %+v", res)
+	}
+	res := l.AbandonQuery(q2, cause)
+	var got [][3]int64
+	for _, u := range res.Unconfirmed {
+		if !u.Unconfirmed || !errors.Is(u.Err, ErrAckCheckFailed) || !errors.Is(u.Err, cause) || u.CurrentLeaderEpoch != 3 {
+			t.Fatalf("report %+v", u)
+		}
+		untracked := int64(0)
+		if u.Untracked {
+			untracked = 1
+		}
+		got = append(got, [3]int64{u.From, u.To, untracked})
+	}
+	if want := [][3]int64{{6, 10, 0}, {0, 5, 1}, {11, 20, 0}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("unverified %v; want %v", got, want)
+	}
+	if rs := l.Ranges(tp0); len(rs) != 1 || rs[0].From != 21 || l.Wants(q2) {
+		t.Fatalf("ranges %+v kept, query wanted %v", rs, l.Wants(q2))
+	}
 }

@@ -102,6 +102,12 @@ var (
 	// ErrDeliveryTimeout: a batch's delivery deadline passed before it was
 	// acknowledged.
 	ErrDeliveryTimeout = errors.New("kepoch: delivery timeout expired")
+
+	// ErrAckCheckFailed: acknowledged writes could not be verified after a
+	// leader change (AckedWritesLost.Err): the acked-write check's
+	// requests failed for good or kept failing. Errors wrapping it also
+	// wrap the last attempt's error.
+	ErrAckCheckFailed = errors.New("kepoch: acknowledged writes not verified after a leader change: the check failed")
 )
 
 // Config configures a Sequencer.

@@ -1,0 +1,69 @@
+package producer_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// An acked-write check the new leader never answers is not dropped in
+// silence: once it fails for good (a Kafka error that is not retriable,
+// TOPIC_AUTHORIZATION_FAILED for a producer allowed to write but not to
+// describe) or keeps failing past its retries (a retriable error forever),
+// the acknowledged ranges it was to verify are reported to
+// OnAckedWritesLost, Unconfirmed, with an Err matching ErrAckCheckFailed
+// and the broker's error.
+func TestFailedLedgerCheckReportsUnverified(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		code    *kerr.Error
+		minAsks int32
+	}{
+		{"retriable", kerr.KafkaStorageError, 21},
+		{"final", kerr.TopicAuthorizationFailed, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1)
+			p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond), producer.RetryBackoff(time.Millisecond))
+			ctx := testCtx(t, 20*time.Second)
+			mustOK(t, sendAll(t, ctx, p, prec(0, "a"), prec(0, "b")))
+
+			var asks atomic.Int32
+			c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				asks.Add(1)
+				req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+				resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+				for _, rt := range req.Topics {
+					st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+					st.Topic = rt.Topic
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+						sp.Partition, sp.ErrorCode = rp.Partition, tc.code.Code
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "no report of the unverified writes", func() bool { return len(rec.Lost()) > 0 })
+			l := rec.Lost()
+			if len(l) != 1 || l[0].From != 0 || l[0].To != 2 || !l[0].Unconfirmed || l[0].Untracked ||
+				!errors.Is(l[0].Err, producer.ErrAckCheckFailed) || !errors.Is(l[0].Err, tc.code) || l[0].CurrentLeaderEpoch != 1 {
+				t.Fatalf("reports %+v; want [0, 2) unverified after %v", l, tc.code)
+			}
+			if n := asks.Load(); n < tc.minAsks {
+				t.Fatalf("reported after %d requests; want %d at least", n, tc.minAsks)
+			}
+		})
+	}
+}
