@@ -68,7 +68,9 @@ import (
 //     n consecutive answers say so, as rule 4 holds back a lower epoch;
 //     epochs of one topic ID never go back because the cache had dropped
 //     them (a broker lagging behind the deletion, or one that called it
-//     unknown wrongly).
+//     unknown wrongly). While a cached topic's count is under way (1 to
+//     n-1) the state is unsettled, as in rule 5c: the refresher asks again
+//     until the topic is removed or answered again.
 //  9. Epochs from Metadata answers below v9 are not trusted (KAFKA-9212)
 //     and read as -1.
 //
@@ -228,6 +230,9 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		if nt.challenges > 0 && (old == nil || nt.challenger != old.challenger || nt.challenges != old.challenges) {
 			next.unsettled = true
 		}
+		if nt.removing(n) {
+			next.unsettled = true
+		}
 		next.topics[rt.name] = nt
 		events = append(events, evs...)
 	}
@@ -242,6 +247,9 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		sort.Strings(absent)
 		for _, name := range absent {
 			nt, evs := mergeTopic(prev.topics[name], respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n, in.broker)
+			if nt.removing(n) {
+				next.unsettled = true
+			}
 			next.topics[name] = nt
 			events = append(events, evs...)
 		}
@@ -367,6 +375,16 @@ func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event
 	nt.removed = nt.Partitions
 	nt.Partitions, nt.rewinds = nil, nil
 	return nt, events
+}
+
+// removing reports whether the topic is on its way to rule 8's removal:
+// partitions cached, and answered unknown fewer than n times in a row. The
+// refresher asks again (ReasonUnsettled) until it is settled either way, so
+// that a deleted topic is known gone within the backoff's few round trips,
+// not n periodic refreshes (MaxAge each) later: until then Produce takes
+// records for it that can only fail at their delivery timeout.
+func (t *topicState) removing(n int) bool {
+	return n > 0 && t.missing > 0 && t.missing < n && len(t.Partitions) > 0
 }
 
 // holdReturn applies rule 8's floor to an answer naming a removed topic:

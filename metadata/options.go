@@ -81,6 +81,8 @@ func RequestTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.requestTi
 // adopted (default 5, as franz-go). 0 means never: lower epochs are always
 // rejected (Java's rule), topics are never dropped, and a new topic ID is
 // adopted only once a broker that answered the cached one answers it.
+// The refresher asks again by itself, spaced by the backoff, while a new
+// topic ID or a topic's removal awaits its confirmations.
 func Confirmations(n int) Opt {
 	return opt(func(c *cfg) {
 		if n < 0 {

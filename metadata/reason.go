@@ -37,7 +37,8 @@ const (
 	ReasonManual
 	// ReasonUnsettled: the previous answer named a topic ID that the
 	// cache holds back until a broker shows it newer or enough answers
-	// name it (see Confirmations).
+	// name it, or called a cached topic unknown fewer times than remove
+	// its partitions (see Confirmations).
 	ReasonUnsettled
 )
 

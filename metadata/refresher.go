@@ -562,8 +562,9 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 		r.stats.LastRefresh = end
 		r.served = trip
 		if unsettled && !r.closed {
-			// A topic ID the cache could not place yet (merge rule 5c):
-			// the next broker's answer may settle it.
+			// A topic ID the cache could not place yet (merge rule 5c),
+			// or a topic answered unknown not yet removed (rule 8):
+			// the next answers settle it.
 			r.pending |= ReasonUnsettled
 		}
 	}

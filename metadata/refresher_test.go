@@ -764,3 +764,35 @@ func TestRefresherUnsettledIDAsksAgain(t *testing.T) {
 	clock.Advance(time.Second)
 	fc.settle(t, n+3) // settled: no more asking
 }
+
+// A cached topic answered unknown (deleted) is asked about again by the
+// refresher itself, spaced by the backoff, until Confirmations answers in
+// a row removed its partitions: not n periodic refreshes (MaxAge each)
+// later, while a producer takes records for it that can only time out.
+// Once removed, the refresher stops asking.
+func TestRefresherDeletedTopicAsksAgainUntilRemoved(t *testing.T) {
+	r, fc, clock := newTestRefresher(t, Confirmations(3))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 4})
+	r.Watch("t")
+	waitFor(t, func() bool { _, err := r.Topic("t"); return err == nil })
+	fc.mu.Lock()
+	delete(fc.topics, "t")
+	fc.mu.Unlock()
+	n := fc.callCount()
+	r.Trigger(ReasonManual)
+	for i := 0; ; i++ {
+		if _, err := r.Topic("t"); errors.Is(err, errors.ErrUnknownTopicOrPartition) {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("the deleted topic was not removed; %d Metadata calls after the trigger", fc.callCount()-n)
+		}
+		clock.Advance(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if got := fc.callCount() - n; got != 3 {
+		t.Fatalf("%d Metadata calls to remove the topic, want 3 (Confirmations)", got)
+	}
+	clock.Advance(time.Second)
+	fc.settle(t, n+3) // removed: no more asking
+}
