@@ -122,12 +122,15 @@ func TestRewrittenBatchExpiresOnce(t *testing.T) {
 	if _, ok := res.Recovery.(producer.PossibleDuplicate); !ok {
 		t.Fatalf("b's Recovery %T; want PossibleDuplicate", res.Recovery)
 	}
-	// The partition works on (under a further epoch: the expired batch
-	// may hold its sequences).
+	// The partition works on: under a further epoch if an attempt of the
+	// expired batch was on the wire when it expired (it may hold its
+	// sequences), under the same one if every attempt under the bumped
+	// epoch was refused before it expired (its sequences were given
+	// back). Which depends on timing; both are right.
 	s.stop()
 	mustOK(t, sendAll(t, ctx, p, prec(0, "c")))
-	if after := p.ProducerID(); after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + 2}) || p.Bumps() != 2 {
-		t.Fatalf("identity %v → %v, %d bumps; want two epoch bumps (the gap, then the expired batch's sequences); sent %v", before, after, p.Bumps(), s.batches())
+	if after, n := p.ProducerID(), p.Bumps(); n < 1 || n > 2 || after != (producer.ProducerID{ID: before.ID, Epoch: before.Epoch + int16(n)}) {
+		t.Fatalf("identity %v → %v, %d bumps; want the gap's bump, and one more only for the expired batch's sequences; sent %v", before, after, n, s.batches())
 	}
 	mu.Lock()
 	if reports["b"] != 1 {
