@@ -240,6 +240,28 @@ func holdEndTxn(c *kfake.Cluster) (release func(), seen <-chan struct{}) {
 	return func() { once.Do(func() { close(hold) }) }, arrived
 }
 
+// commitHeldAtCoordinator begins a transaction of p, writes "a" in it and
+// starts CommitTransaction (with context.Background), whose EndTxn the
+// coordinator holds until release; it returns once the EndTxn arrived.
+// committed gets the commit's error.
+func commitHeldAtCoordinator(t *testing.T, ctx context.Context, c *kfake.Cluster, p *producer.Producer) (release func(), committed <-chan error) {
+	t.Helper()
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	release, seen := holdEndTxn(c)
+	done := make(chan error, 1)
+	go func() { done <- p.CommitTransaction(context.Background()) }()
+	select {
+	case <-seen:
+	case <-ctx.Done():
+		release()
+		t.Fatal("no EndTxn")
+	}
+	return release, done
+}
+
 // Close waits for a CommitTransaction under way (as Java's close lets the
 // transaction manager's requests complete): the commit's EndTxn, held at
 // the coordinator while Close begins, is answered, and the commit reports
@@ -249,19 +271,8 @@ func TestTxnCloseWaitsForCommit(t *testing.T) {
 	c := newCluster(t, 1)
 	p, _ := newTxnProducer(t, c, "txn-close-wait")
 	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	release, seen := holdEndTxn(c)
+	release, committed := commitHeldAtCoordinator(t, ctx, c, p)
 	defer release()
-	committed := make(chan error, 1)
-	go func() { committed <- p.CommitTransaction(context.Background()) }()
-	select {
-	case <-seen:
-	case <-ctx.Done():
-		t.Fatal("no EndTxn")
-	}
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close(ctx) }()
 	// Close began once Produce says the producer is closed.
@@ -286,19 +297,8 @@ func TestTxnCloseWaitBoundedByDeliveryTimeout(t *testing.T) {
 	c := newCluster(t, 1)
 	p, _ := newTxnProducer(t, c, "txn-close-bound", producer.RequestTimeout(300*time.Millisecond), producer.DeliveryTimeout(time.Second))
 	ctx := testCtx(t, 10*time.Second)
-	if err := p.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	release, seen := holdEndTxn(c)
+	release, committed := commitHeldAtCoordinator(t, ctx, c, p)
 	defer release()
-	committed := make(chan error, 1)
-	go func() { committed <- p.CommitTransaction(context.Background()) }()
-	select {
-	case <-seen:
-	case <-ctx.Done():
-		t.Fatal("no EndTxn")
-	}
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close(context.Background()) }()
 	select {
