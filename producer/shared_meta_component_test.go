@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -64,21 +65,7 @@ func TestSharedRefresherClosedUnderProducer(t *testing.T) {
 	}
 
 	fast := testCtx(t, 5*time.Second)
-	if err := p.Produce(fast, prec(0, "c"), nil); !errors.Is(err, errors.ErrClosed) {
-		t.Fatalf("Produce to a known topic: %v; want ErrClosed", err)
-	}
-	if err := p.Produce(fast, &producer.Record{Topic: "unknown", Value: []byte("d")}, nil); !errors.Is(err, errors.ErrClosed) {
-		t.Fatalf("Produce to an unknown topic: %v; want ErrClosed", err)
-	}
-	if _, err := p.ProduceSync(fast, prec(0, "e")); !errors.Is(err, errors.ErrClosed) {
-		t.Fatalf("ProduceSync: %v; want ErrClosed", err)
-	}
-	if err := p.Flush(fast); !errors.Is(err, errors.ErrClosed) {
-		t.Fatalf("Flush: %v; want ErrClosed", err)
-	}
-	if fast.Err() != nil {
-		t.Fatal("calls on the stopped producer waited for their context")
-	}
+	wantRefusedClosed(t, fast, p, "stopped")
 	if err := p.Close(fast); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -102,20 +89,27 @@ func TestClosedProducerOnSharedRefresher(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	fast := testCtx(t, 5*time.Second)
-	if err := p.Produce(fast, prec(0, "b"), nil); !errors.Is(err, errors.ErrClosed) {
+	wantRefusedClosed(t, testCtx(t, 5*time.Second), p, "closed")
+}
+
+// wantRefusedClosed fails the test unless Produce (to a known topic and to
+// an unknown one), ProduceSync and Flush on p, stopped or closed as what
+// says, return ErrClosed at once (well before ctx ends).
+func wantRefusedClosed(t *testing.T, ctx context.Context, p *producer.Producer, what string) {
+	t.Helper()
+	if err := p.Produce(ctx, prec(0, "late"), nil); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("Produce to a known topic: %v; want ErrClosed", err)
 	}
-	if err := p.Produce(fast, &producer.Record{Topic: "unknown", Value: []byte("c")}, nil); !errors.Is(err, errors.ErrClosed) {
+	if err := p.Produce(ctx, &producer.Record{Topic: "unknown", Value: []byte("late")}, nil); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("Produce to an unknown topic: %v; want ErrClosed", err)
 	}
-	if _, err := p.ProduceSync(fast, prec(0, "d")); !errors.Is(err, errors.ErrClosed) {
+	if _, err := p.ProduceSync(ctx, prec(0, "late")); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("ProduceSync: %v; want ErrClosed", err)
 	}
-	if err := p.Flush(fast); !errors.Is(err, errors.ErrClosed) {
+	if err := p.Flush(ctx); !errors.Is(err, errors.ErrClosed) {
 		t.Fatalf("Flush: %v; want ErrClosed", err)
 	}
-	if fast.Err() != nil {
-		t.Fatal("calls on the closed producer waited for their context")
+	if ctx.Err() != nil {
+		t.Fatalf("calls on the %s producer waited for their context", what)
 	}
 }
