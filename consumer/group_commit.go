@@ -616,19 +616,14 @@ func (g *group) sendCommit(ctx context.Context, r *commitReq) error {
 // staleErrs returns the errors of the partitions answered
 // STALE_MEMBER_EPOCH, in partition order.
 func staleErrs(stale map[TopicPartition]error) []error {
-	tps := make([]TopicPartition, 0, len(stale))
-	for tp := range stale {
-		tps = append(tps, tp)
-	}
-	sortTPs(tps)
-	out := make([]error, 0, len(tps))
-	for _, tp := range tps {
+	out := make([]error, 0, len(stale))
+	for _, tp := range sortedKeys(stale) {
 		out = append(out, stale[tp])
 	}
 	return out
 }
 
-func sortedKeys(m map[TopicPartition]OffsetAndMetadata) []TopicPartition {
+func sortedKeys[V any](m map[TopicPartition]V) []TopicPartition {
 	out := make([]TopicPartition, 0, len(m))
 	for tp := range m {
 		out = append(out, tp)
