@@ -587,7 +587,7 @@ func (p *Producer) stop(ctx context.Context, err error) (first bool, terr error)
 		// unknown outcome; one answered NONE, with only the epoch bump
 		// after it left, committed). A request still in txnSend was
 		// never sent.
-		step := p.txn.Stop(p.txnSend != nil)
+		step := p.txn.Stop(p.txnSend != nil, err)
 		p.txnSend = nil
 		if p.txnDone != nil {
 			derr := err

@@ -228,43 +228,58 @@ func (t *TxnState) StoppedCommit() bool { return t.stoppedCommit }
 // Stop tells the TxnState that the I/O layer stopped for good (the producer
 // closed): no request is sent or answered any more. outstandingUnsent says
 // that the request the last step handed out (Send) never left the I/O
-// layer. The operation under way ends with what is known of it (its Done
-// step; none if nothing is under way):
+// layer; cause is why it stopped (nil: errors.ErrClosed). The operation
+// under way ends with what is known of it (its Done step; none if nothing
+// is under way), closed below being cause, made to match errors.ErrClosed
+// if it does not already:
 //
-//	InitTransactions, Abort                 errors.ErrClosed
+//	InitTransactions, Abort                 closed
 //	Commit: EndTxn(commit) answered NONE,   success (it committed)
 //	  only the epoch bump after it left
-//	Commit: an EndTxn(commit) may have      errors.ErrClosed and errors.ErrUnknownOutcome
+//	Commit: an EndTxn(commit) may have      closed and errors.ErrUnknownOutcome
 //	  reached the coordinator (sent and
 //	  unanswered, or an attempt's answer
 //	  lost)
-//	Commit: none can have (waiting for      ErrAbortRequired and errors.ErrClosed, StoppedCommit: it
+//	Commit: none can have (waiting for      ErrAbortRequired and closed, StoppedCommit: it
 //	  batches, or every attempt refused     did not commit (the state is TxnAbortableError)
 //	  unapplied)
-func (t *TxnState) Stop(outstandingUnsent bool) TxnStep {
+func (t *TxnState) Stop(outstandingUnsent bool, cause error) TxnStep {
 	if outstandingUnsent && t.outstanding != nil {
 		t.resend, t.outstanding = t.outstanding, nil
 	}
+	closed := stopError(cause)
 	var step TxnStep
 	switch t.state {
 	case TxnInitializing, TxnAborting:
-		step = TxnStep{Done: true, Err: errors.ErrClosed}
+		step = TxnStep{Done: true, Err: closed}
 	case TxnBumpingEpoch:
-		step = TxnStep{Done: true, Err: errors.ErrClosed}
+		step = TxnStep{Done: true, Err: closed}
 		if t.committed {
 			step.Err = nil
 		}
 	case TxnCommitting:
 		if _, sent := t.outstanding.(*EndTxnRequest); sent || t.endTxnUncertain {
-			step = TxnStep{Done: true, Err: errors.Join(errors.ErrClosed, errors.ErrUnknownOutcome)}
+			step = TxnStep{Done: true, Err: errors.Join(closed, errors.ErrUnknownOutcome)}
 			break
 		}
 		_ = t.transition(TxnAbortableError)
-		t.err, t.stoppedCommit = errors.ErrClosed, true
-		step = TxnStep{Done: true, Err: fmt.Errorf("%w: %w", ErrAbortRequired, errors.ErrClosed)}
+		t.err, t.stoppedCommit = closed, true
+		step = TxnStep{Done: true, Err: fmt.Errorf("%w: %w", ErrAbortRequired, closed)}
 	}
 	t.outstanding, t.resend = nil, nil
 	return step
+}
+
+// stopError is the error of an operation ended by Stop(…, cause): cause
+// when it matches errors.ErrClosed, else errors.ErrClosed wrapping it.
+func stopError(cause error) error {
+	switch {
+	case cause == nil:
+		return errors.ErrClosed
+	case errors.Is(cause, errors.ErrClosed):
+		return cause
+	}
+	return fmt.Errorf("%w: %w", errors.ErrClosed, cause)
 }
 
 // BumpRequired reports whether the next abort will end with an epoch bump.

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -1151,7 +1152,7 @@ func TestTxnStopDuringCommit(t *testing.T) {
 		if step, _ := h.tx.Commit(); !step.WaitDrain {
 			t.Fatalf("commit with a batch in flight: %+v", step)
 		}
-		notCommitted(t, h, h.tx.Stop(false))
+		notCommitted(t, h, h.tx.Stop(false, nil))
 	})
 	t.Run("EndTxn refused, resend not sent", func(t *testing.T) {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
@@ -1160,7 +1161,7 @@ func TestTxnStopDuringCommit(t *testing.T) {
 		h.wantSend(step, commitReq)
 		step = h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code})
 		h.wantSend(step, commitReq)
-		notCommitted(t, h, h.tx.Stop(true))
+		notCommitted(t, h, h.tx.Stop(true, nil))
 	})
 	t.Run("EndTxn refused, resend sent", func(t *testing.T) {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
@@ -1168,7 +1169,7 @@ func TestTxnStopDuringCommit(t *testing.T) {
 		step, _ := h.tx.Commit()
 		h.wantSend(step, commitReq)
 		h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code})
-		unknown(t, h, h.tx.Stop(false))
+		unknown(t, h, h.tx.Stop(false, nil))
 	})
 	t.Run("EndTxn answer lost, resend not sent", func(t *testing.T) {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
@@ -1176,13 +1177,104 @@ func TestTxnStopDuringCommit(t *testing.T) {
 		step, _ := h.tx.Commit()
 		h.wantSend(step, commitReq)
 		h.endTxn(EndTxnResult{Delivery: NoResponse})
-		unknown(t, h, h.tx.Stop(true))
+		unknown(t, h, h.tx.Stop(true, nil))
 	})
 	t.Run("committed, bump left", func(t *testing.T) {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
 		h.commitAfterLostAnswer()
-		if step := h.tx.Stop(false); !step.Done || step.Err != nil {
+		if step := h.tx.Stop(false, nil); !step.Done || step.Err != nil {
 			t.Fatalf("stopped bump after a committed EndTxn: %+v; want success", step)
 		}
 	})
+}
+
+// TestTxnStopCarriesCause: the operation Stop ends reports why the I/O
+// layer stopped (a shared metadata refresher closed under the producer,
+// say), not a bare ErrClosed: its error matches errors.ErrClosed and the
+// cause, whether or not the cause matches ErrClosed itself.
+func TestTxnStopCarriesCause(t *testing.T) {
+	ops := []struct {
+		name  string
+		start func(t *testing.T) *txnHarness
+		want  []error // besides ErrClosed and the cause
+	}{
+		{"InitTransactions", func(t *testing.T) *txnHarness {
+			seq, err := NewSequencer(Config{Transactional: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := NewTxnState(TxnConfig{TransactionalID: txnID}, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.InitTransactions(); err != nil {
+				t.Fatal(err)
+			}
+			return &txnHarness{t, seq, tx}
+		}, nil},
+		{"Abort waiting for its batches", func(t *testing.T) *txnHarness {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			h.assign(tp0, 1)
+			if step, err := h.tx.Abort(); err != nil || !step.WaitDrain {
+				t.Fatalf("abort: %+v, %v", step, err)
+			}
+			return h
+		}, nil},
+		{"Abort bumping the epoch", func(t *testing.T) *txnHarness {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Abort()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+			step = h.endTxn(EndTxnResult{Delivery: NoResponse})
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+			step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+			h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
+			return h
+		}, nil},
+		{"Commit waiting for its batches", func(t *testing.T) *txnHarness {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			h.assign(tp0, 1)
+			if step, err := h.tx.Commit(); err != nil || !step.WaitDrain {
+				t.Fatalf("commit: %+v, %v", step, err)
+			}
+			return h
+		}, []error{ErrAbortRequired}},
+		{"Commit with its EndTxn sent", func(t *testing.T) *txnHarness {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			step, _ := h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+			return h
+		}, []error{kepocherrors.ErrUnknownOutcome}},
+	}
+	causes := map[string]error{
+		"cause not matching ErrClosed": errors.New("refresher gone"),
+		"cause matching ErrClosed":     fmt.Errorf("refresher closed: %w", kepocherrors.ErrClosed),
+		"no cause":                     nil,
+	}
+	for _, op := range ops {
+		for cname, cause := range causes {
+			t.Run(op.name+", "+cname, func(t *testing.T) {
+				h := op.start(t)
+				step := h.tx.Stop(false, cause)
+				want := append([]error{kepocherrors.ErrClosed}, op.want...)
+				if cause != nil {
+					want = append(want, cause)
+				}
+				if !step.Done {
+					t.Fatalf("Stop: %+v; want the operation done", step)
+				}
+				for _, w := range want {
+					if !errors.Is(step.Err, w) {
+						t.Errorf("Stop: %v; want it to match %v", step.Err, w)
+					}
+				}
+				if h.tx.State() == TxnAbortableError && (cause != nil && !errors.Is(h.tx.Err(), cause)) {
+					t.Errorf("state error after a stopped commit: %v; want it to match %v", h.tx.Err(), cause)
+				}
+			})
+		}
+	}
 }
