@@ -113,3 +113,63 @@ func wantRefusedClosed(t *testing.T, ctx context.Context, p *producer.Producer, 
 		t.Fatalf("calls on the %s producer waited for their context", what)
 	}
 }
+
+// A transactional producer stopped by the closing of the refresher it
+// shares tells SendOffsetsToTransaction why, as it tells Produce and
+// Flush: a call the stop interrupts and a call after it both return an
+// error wrapping the stop's (a bare ErrClosed said nothing of the
+// refresher, and looked as if the application had closed the producer).
+func TestTxnSendOffsetsAfterSharedRefresherClosed(t *testing.T) {
+	c := newCluster(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	defer r.Close()
+	p, _ := newTxnProducer(t, c, "offsets-refresher-closed", producer.WithMetadata(r))
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
+	hold := make(chan struct{})
+	defer close(hold)
+	seen := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-hold })
+		return nil, nil, false
+	})
+	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
+	done := make(chan error, 1)
+	go func() { done <- p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 1})) }()
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no TxnOffsetCommit")
+	}
+	r.Close()
+	var interrupted error
+	select {
+	case interrupted = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("SendOffsetsToTransaction still blocked 5s after its refresher was closed")
+	}
+	// Flush returns the stop's error itself (it waits for nothing).
+	stopErr := p.Flush(ctx)
+	if !errors.Is(stopErr, errors.ErrClosed) || stopErr == errors.ErrClosed {
+		t.Fatalf("Flush after the refresher closed: %v; want the refresher's stop error", stopErr)
+	}
+	if !errors.Is(interrupted, stopErr) || errors.Is(interrupted, producer.ErrAbortRequired) {
+		t.Fatalf("SendOffsetsToTransaction interrupted by the refresher's close: %v; want it to wrap %q", interrupted, stopErr)
+	}
+	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 2})); !errors.Is(err, stopErr) {
+		t.Fatalf("SendOffsetsToTransaction after the refresher's close: %v; want it to wrap %q", err, stopErr)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/kepoch/kepoch/errors"
 )
 
 // GroupMetadata identifies the consumer group member whose consumed
@@ -36,7 +34,10 @@ type OffsetAndEpoch struct {
 // it aborts. Each offset carries its leader epoch. An error leaves the
 // transaction abortable (errors matching ErrAbortRequired) or the producer
 // fatal (fenced); TxnState.HandleOffsets lists which answer does what.
-// After Close, or interrupted by it, it returns errors.ErrClosed. While
+// After Close, or interrupted by it, it returns an error wrapping the
+// producer's stop error: errors.ErrClosed, or one matching it that says
+// the refresher shared with WithMetadata was closed under the producer
+// (which stops it as Close does). While
 // CommitTransaction runs it is refused with an error matching ErrTxnState,
 // as Produce is (and as Java refuses it once a commit began).
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
@@ -50,8 +51,9 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 	if p.closed {
 		// Its requests would fail on the closed transport, and the
 		// failure would be reported as the transaction's (abortable).
+		err := p.offsetsClosedErrLocked()
 		p.mu.Unlock()
-		return errOffsetsClosed
+		return err
 	}
 	if p.committing > 0 {
 		// As Produce: the commit under way flushed the transaction it
@@ -178,15 +180,23 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 	}
 }
 
-// errOffsetsClosed is SendOffsetsToTransaction's error after Close began.
-var errOffsetsClosed = fmt.Errorf("producer: committing offsets: %w", errors.ErrClosed)
+// offsetsClosedErrLocked is SendOffsetsToTransaction's error once the
+// producer stopped: the stop's own (ErrClosed, or one matching it that
+// says a shared refresher was closed under the producer). p.mu is held.
+func (p *Producer) offsetsClosedErrLocked() error {
+	return fmt.Errorf("producer: committing offsets: %w", p.closeErr)
+}
 
 // offsetsErr is err, the failure of a SendOffsetsToTransaction call, unless
-// Close began: the call then returns ErrClosed (its request failed because
-// Close stopped it; the TxnState has judged how it ended).
+// the producer began to stop (Close, or its shared refresher closed): the
+// call then returns the stop's error (its request failed because the stop
+// interrupted it; the TxnState has judged how it ended).
 func (p *Producer) offsetsErr(err error) error {
 	if p.closing.Err() != nil {
-		return errOffsetsClosed
+		// closing ends under p.mu, once closeErr is set.
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.offsetsClosedErrLocked()
 	}
 	return err
 }
