@@ -373,6 +373,24 @@ func lookupRefusal(err error) (int16, bool) {
 	return 0, false
 }
 
+// addPartitionsResults is the per-partition codes of resp.
+func addPartitionsResults(resp *kmsg.AddPartitionsToTxnResponse, _ *AddPartitionsRequest) []AddPartitionResult {
+	var results []AddPartitionResult
+	for _, t := range resp.Topics {
+		for _, pp := range t.Partitions {
+			results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+		}
+	}
+	for _, txn := range resp.Transactions {
+		for _, t := range txn.Topics {
+			for _, pp := range t.Partitions {
+				results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+			}
+		}
+	}
+	return results
+}
+
 func (p *Producer) delivery(err error) Delivery {
 	if errors.ProduceNotApplied(err) {
 		return NotSent
@@ -426,39 +444,27 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		}
 		lost := p.addLost.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
+		// The transport wrote an attempt whose answer was lost and sent
+		// it again: that attempt may have started the transaction,
+		// whatever the resend met (a refused lookup, a refusal).
+		resent := p.addLost.Load() != lost
 		var results []AddPartitionResult
 		d := Answered
-		if code, ok := lookupRefusal(err); ok && p.addLost.Load() != lost {
-			// The transport wrote an attempt whose answer was lost
-			// before its resend met the refused lookup: that attempt
-			// may have started the transaction.
-			d = NoResponse
-		} else if ok {
+		if code, ok := lookupRefusal(err); ok {
 			for _, tp := range r.Partitions {
 				results = append(results, AddPartitionResult{TP: tp, Code: code})
 			}
 		} else if err != nil {
 			d = p.delivery(err)
 		} else {
-			for _, t := range resp.Topics {
-				for _, pp := range t.Partitions {
-					results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
-				}
-			}
-			for _, txn := range resp.Transactions {
-				for _, t := range txn.Topics {
-					for _, pp := range t.Partitions {
-						results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
-					}
-				}
-			}
+			results = addPartitionsResults(resp, r)
 		}
 		retry = d != Answered
 		for _, r := range results {
 			retry = retry || r.Code != 0
 		}
 		p.mu.Lock()
-		step, herr = p.txn.HandleAddPartitions(d, results)
+		step, herr = p.txn.HandleAddPartitions(d, results, resent)
 		p.mu.Unlock()
 	case *EndTxnRequest:
 		req := kmsg.NewPtrEndTxnRequest()

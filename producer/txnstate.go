@@ -841,6 +841,12 @@ type AddPartitionResult struct {
 
 // HandleAddPartitions applies the answer to the outstanding
 // AddPartitionsToTxn (results per partition; delivery for the request).
+// resent: the transport wrote an earlier attempt of the request that got
+// no answer, and sent it again (the answer is the resend's). That attempt
+// may have been applied, starting the transaction, whatever the resend's
+// answer (a refusal of the resend, even a final one, does not undo it): the
+// transaction may have started, as after NoResponse, and Commit and Abort
+// send EndTxn (INVALID_TXN_STATE then tells that it had not).
 //
 //	NONE                                    partition added: CanProduce(tp) is nil
 //	NotSent, NoResponse; CONCURRENT_        add again
@@ -856,21 +862,21 @@ type AddPartitionResult struct {
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, TRANSAC-
 //	  TIONAL_ID_AUTHORIZATION_FAILED, other
-func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartitionResult) (TxnStep, error) {
+func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartitionResult, resent bool) (TxnStep, error) {
 	req, ok := t.outstanding.(*AddPartitionsRequest)
 	if !ok {
 		return TxnStep{}, fmt.Errorf("%w: no AddPartitionsToTxn outstanding", ErrTxnState)
 	}
 	t.outstanding = nil
+	if resent || delivery == NoResponse {
+		t.maybeStarted = true
+	}
 	requeue := func(tp TopicPartition) {
 		if t.state == TxnInTransaction && !slices.Contains(t.pendingAdd, tp) {
 			t.pendingAdd = append(t.pendingAdd, tp)
 		}
 	}
 	if delivery != Answered {
-		if delivery == NoResponse {
-			t.maybeStarted = true
-		}
 		for _, tp := range req.Partitions {
 			requeue(tp)
 		}

@@ -8,8 +8,10 @@ package producer
 // every EndTxn under transactions V2, and fences any stale identity.
 // Requests and answers are lost, batches refused or appended-then-refused,
 // and an EndTxn whose answer was lost may arrive again much later
-// (KAFKA-17754). The application also commits consumed offsets
-// (SendOffsetsToTransaction: AddOffsetsToTxn, then TxnOffsetCommit, each
+// (KAFKA-17754); an applied AddPartitionsToTxn whose answer was lost may
+// be resent by the transport, and the resend refused. The application also
+// commits consumed offsets (SendOffsetsToTransaction: AddOffsetsToTxn,
+// then TxnOffsetCommit, each
 // attempt a step interleaved with the rest); a model group coordinator
 // stages a TxnOffsetCommit in the coordinator's ongoing transaction if its
 // identity is current and the transaction has the group (as Kafka's
@@ -390,10 +392,20 @@ func (d *txnDriver) answerCoordinator() {
 				res = append(res, AddPartitionResult{TP: tp, Code: code})
 			}
 		}
+		resent := false
 		if lostAnswer {
 			delivery, res = NoResponse, nil
+			if !lostRequest && r.Producer == c.producer && d.rng.Intn(2) == 0 {
+				// The transport resent the applied request on a new
+				// connection, and the coordinator refused the resend.
+				d.stats["add-resend-refused"]++
+				delivery, resent = Answered, true
+				for _, tp := range r.Partitions {
+					res = append(res, AddPartitionResult{TP: tp, Code: kerr.TransactionAbortable.Code})
+				}
+			}
 		}
-		s, err := d.tx.HandleAddPartitions(delivery, res)
+		s, err := d.tx.HandleAddPartitions(delivery, res, resent)
 		if err != nil {
 			d.fatalf("HandleAddPartitions: %v", err)
 		}
@@ -829,7 +841,8 @@ func TestTxnModelRandomized(t *testing.T) {
 	}
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
 		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
-		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed"} {
+		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed",
+		"add-resend-refused"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}

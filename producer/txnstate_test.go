@@ -149,7 +149,7 @@ func (h *txnHarness) begin(tps ...TopicPartition) {
 		for _, tp := range req.Partitions {
 			res = append(res, AddPartitionResult{TP: tp})
 		}
-		step, err := h.tx.HandleAddPartitions(Answered, res)
+		step, err := h.tx.HandleAddPartitions(Answered, res, false)
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestTxnCommit(t *testing.T) {
 	if err := h.tx.CanProduce(tp2); err == nil {
 		t.Fatal("produce to a partition not yet added")
 	}
-	h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp2}})
+	h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp2}}, false)
 	step, err := h.tx.Commit()
 	if err != nil || !step.WaitDrain || step.Send != nil {
 		t.Fatalf("commit with batches in flight: %+v %v", step, err)
@@ -655,7 +655,7 @@ func TestTxnAddPartitionsErrors(t *testing.T) {
 			h.tx.Begin()
 			step, _ := h.tx.AddPartition(tp0)
 			h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
-			step, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: c.code}})
+			step, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: c.code}}, false)
 			if err != nil || h.tx.State() != c.state || h.tx.bumpRequired != c.bump || h.tx.skipEndTxn != c.skip {
 				t.Fatalf("step %+v %v: state %v bump %v skip %v", step, err, h.tx.State(), h.tx.bumpRequired, h.tx.skipEndTxn)
 			}
@@ -740,19 +740,64 @@ func TestTxnUncertainStart(t *testing.T) {
 	h.tx.Begin()
 	step, _ := h.tx.AddPartition(tp0)
 	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
-	step, _ = h.tx.HandleAddPartitions(NoResponse, nil)
+	step, _ = h.tx.HandleAddPartitions(NoResponse, nil, false)
 	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
 	step, err := h.tx.Abort()
 	if err != nil || step.Send != nil {
 		t.Fatalf("abort with an add on the wire: %+v %v", step, err)
 	}
-	step, _ = h.tx.HandleAddPartitions(NoResponse, nil)
+	step, _ = h.tx.HandleAddPartitions(NoResponse, nil, false)
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	step = h.endTxn(EndTxnResult{Code: kerr.InvalidTxnState.Code})
 	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: pid})
 	step = h.init(InitProducerIDResult{Producer: ProducerID{pid.ID, pid.Epoch + 1}})
 	if !step.Done || h.tx.State() != TxnReady {
 		t.Fatalf("%+v %v", step, h.tx.State())
+	}
+}
+
+// TestTxnRefusedResendMayHaveStarted: an AddPartitionsToTxn whose first
+// attempt was written and got no answer, resent by the transport and
+// refused, may still have been applied by that first attempt: the
+// transaction may have started, so the abort sends EndTxn (judged by the
+// refusal alone, the abort ended it locally and left the coordinator's
+// transaction open until its timeout). The same refusal of a request sent
+// once leaves nothing to end.
+func TestTxnRefusedResendMayHaveStarted(t *testing.T) {
+	for _, code := range []int16{kerr.TransactionAbortable.Code, kerr.TopicAuthorizationFailed.Code} {
+		for _, resent := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, resent %v", kerr.ErrorForCode(code).(*kerr.Error).Message, resent), func(t *testing.T) {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				h.tx.Begin()
+				step, _ := h.tx.AddPartition(tp0)
+				h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+				if _, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: code}}, resent); err != nil {
+					t.Fatal(err)
+				}
+				if h.tx.State() != TxnAbortableError {
+					t.Fatalf("state %v after a refused add", h.tx.State())
+				}
+				step, err := h.tx.Abort()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !resent {
+					if !step.Done || step.Err != nil || step.Send != nil || h.tx.State() != TxnReady {
+						t.Fatalf("abort of a transaction no add reached: %+v, state %v; want ended locally", step, h.tx.State())
+					}
+					return
+				}
+				abort := &EndTxnRequest{TransactionalID: txnID, Producer: pid}
+				if step.Done || step.Send == nil {
+					t.Fatalf("abort after a refused resend: %+v; want EndTxn(abort) sent", step)
+				}
+				h.wantSend(step, abort)
+				step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+				if !step.Done || step.Err != nil || h.tx.State() != TxnReady {
+					t.Fatalf("EndTxn(abort) answered NONE: %+v, state %v", step, h.tx.State())
+				}
+			})
+		}
 	}
 }
 
