@@ -373,20 +373,39 @@ func lookupRefusal(err error) (int16, bool) {
 	return 0, false
 }
 
-// addPartitionsResults is the per-partition codes of resp.
-func addPartitionsResults(resp *kmsg.AddPartitionsToTxnResponse, _ *AddPartitionsRequest) []AddPartitionResult {
+// addPartitionsResults reads the per-partition codes of resp, the answer to
+// req, from the field its version carries them in: Topics up to v3, the
+// entry of req's transactional ID in Transactions (or the top-level code,
+// for every partition of req) from v4 (batched, KIP-890). kgo fills both
+// fields whatever the version (it converts one into the other), so reading
+// both counted every partition twice. A partition the answer leaves out is
+// added again (HandleAddPartitions).
+func addPartitionsResults(resp *kmsg.AddPartitionsToTxnResponse, req *AddPartitionsRequest) []AddPartitionResult {
 	var results []AddPartitionResult
-	for _, t := range resp.Topics {
-		for _, pp := range t.Partitions {
-			results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+	if resp.Version <= 3 {
+		for _, t := range resp.Topics {
+			for _, pp := range t.Partitions {
+				results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
+			}
 		}
+		return results
+	}
+	if resp.ErrorCode != 0 {
+		for _, tp := range req.Partitions {
+			results = append(results, AddPartitionResult{TP: tp, Code: resp.ErrorCode})
+		}
+		return results
 	}
 	for _, txn := range resp.Transactions {
+		if txn.TransactionalID != req.TransactionalID {
+			continue
+		}
 		for _, t := range txn.Topics {
 			for _, pp := range t.Partitions {
 				results = append(results, AddPartitionResult{TP: TopicPartition{t.Topic, pp.Partition}, Code: pp.ErrorCode})
 			}
 		}
+		break
 	}
 	return results
 }

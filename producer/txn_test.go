@@ -1,0 +1,76 @@
+package producer
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestAddPartitionsResults: an AddPartitionsToTxn answer's codes are read
+// from the field its version carries them in, each partition once. kgo
+// hands back a v3 answer with Transactions filled from Topics as well
+// (and a v4 one with Topics filled from its first transaction); reading
+// both counted every partition twice.
+func TestAddPartitionsResults(t *testing.T) {
+	req := &AddPartitionsRequest{TransactionalID: txnID, Producer: pid, Partitions: []TopicPartition{tp0, tp1}}
+	topics := func(codes ...int16) []kmsg.AddPartitionsToTxnResponseTopic {
+		rt := kmsg.NewAddPartitionsToTxnResponseTopic()
+		rt.Topic = "t"
+		for i, c := range codes {
+			rp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = int32(i), c
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		return []kmsg.AddPartitionsToTxnResponseTopic{rt}
+	}
+	txn := func(id string, codes ...int16) kmsg.AddPartitionsToTxnResponseTransaction {
+		tr := kmsg.NewAddPartitionsToTxnResponseTransaction()
+		tr.TransactionalID = id
+		tt := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
+		tt.Topic = "t"
+		for i, c := range codes {
+			tp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
+			tp.Partition, tp.ErrorCode = int32(i), c
+			tt.Partitions = append(tt.Partitions, tp)
+		}
+		tr.Topics = append(tr.Topics, tt)
+		return tr
+	}
+	abortable := kerr.TransactionAbortable.Code
+	both := []AddPartitionResult{{tp0, 0}, {tp1, abortable}}
+	cases := []struct {
+		name string
+		resp func(*kmsg.AddPartitionsToTxnResponse)
+		want []AddPartitionResult
+	}{
+		{"v3, Topics only", func(r *kmsg.AddPartitionsToTxnResponse) {
+			r.Version, r.Topics = 3, topics(0, abortable)
+		}, both},
+		{"v3 as kgo returns it (Transactions filled too)", func(r *kmsg.AddPartitionsToTxnResponse) {
+			r.Version, r.Topics = 3, topics(0, abortable)
+			r.Transactions = []kmsg.AddPartitionsToTxnResponseTransaction{txn(txnID, 0, abortable)}
+		}, both},
+		{"v4, Topics filled from the first transaction", func(r *kmsg.AddPartitionsToTxnResponse) {
+			r.Version, r.Topics = 4, topics(abortable, abortable)
+			r.Transactions = []kmsg.AddPartitionsToTxnResponseTransaction{txn("other", abortable, abortable), txn(txnID, 0, abortable)}
+		}, both},
+		{"v4, top-level code", func(r *kmsg.AddPartitionsToTxnResponse) {
+			r.Version, r.ErrorCode = 4, kerr.ClusterAuthorizationFailed.Code
+		}, []AddPartitionResult{{tp0, kerr.ClusterAuthorizationFailed.Code}, {tp1, kerr.ClusterAuthorizationFailed.Code}}},
+		{"v4, not our transaction", func(r *kmsg.AddPartitionsToTxnResponse) {
+			r.Version = 4
+			r.Transactions = []kmsg.AddPartitionsToTxnResponseTransaction{txn("other", 0, 0)}
+		}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp := kmsg.NewPtrAddPartitionsToTxnResponse()
+			c.resp(resp)
+			if got := addPartitionsResults(resp, req); !slices.Equal(got, c.want) {
+				t.Fatalf("results %v; want %v", got, c.want)
+			}
+		})
+	}
+}
