@@ -20,7 +20,9 @@
 // retriability and a one-line meaning.
 //
 // Conditions no single code names are kepoch sentinels: ErrLogTruncation,
-// ErrTopicIDChanged, ErrClosed, ErrUnknownOutcome, ErrNotSent, and the codec's
+// ErrTopicIDChanged, ErrClosed, ErrUnknownOutcome, ErrNotSent, ErrInvalidOption
+// and ErrInvalidArgument (misuse: an option or a call's argument refused,
+// the error naming it and its value), and the codec's
 // ErrCorruptBatch, ErrCompression, ErrUnsupportedMagic. A sentinel that
 // refines a code wraps it: ErrOffsetBelowLogStart unwraps to
 // ErrOffsetOutOfRange.

@@ -147,7 +147,8 @@ func TestReexportedCodes(t *testing.T) {
 func TestSentinels(t *testing.T) {
 	kepoch := []error{errors.ErrLogTruncation, errors.ErrOffsetBelowLogStart, errors.ErrTopicIDChanged,
 		errors.ErrClosed, errors.ErrUnknownOutcome, errors.ErrNotSent,
-		errors.ErrCorruptBatch, errors.ErrCompression, errors.ErrUnsupportedMagic, errors.ErrLeaderUnreachable}
+		errors.ErrCorruptBatch, errors.ErrCompression, errors.ErrUnsupportedMagic, errors.ErrLeaderUnreachable,
+		errors.ErrInvalidOption, errors.ErrInvalidArgument}
 	for i, a := range kepoch {
 		if !strings.HasPrefix(a.Error(), "kepoch: ") {
 			t.Errorf("%q lacks the kepoch prefix", a)
@@ -286,6 +287,8 @@ func TestIsRetriable(t *testing.T) {
 		{"below log start", pe(errors.ErrOffsetBelowLogStart), false},
 		{"unknown outcome", errors.ErrUnknownOutcome, false},
 		{"corrupt batch", fmt.Errorf("decode: %w", errors.ErrCorruptBatch), false},
+		{"invalid option", fmt.Errorf("consumer: option X: 0 is not positive: %w", errors.ErrInvalidOption), false},
+		{"invalid argument over a retriable code", fmt.Errorf("%w: %w", errors.ErrInvalidArgument, errors.ErrNotLeader), false},
 		{"leader unreachable", pe(fmt.Errorf("%w (for 10s)", errors.ErrLeaderUnreachable)), true},
 		{"unknown leader epoch", errors.ErrUnknownLeaderEpoch, true},
 		{"fenced leader epoch", pe(errors.ErrFencedLeaderEpoch), true},

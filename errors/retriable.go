@@ -25,6 +25,7 @@ import (
 //	  ErrOffsetBelowLogStart, ErrUnknownOutcome,
 //	  ErrCorruptBatch, ErrCompression,
 //	  ErrUnsupportedMagic
+//	ErrInvalidOption, ErrInvalidArgument            no         the same call is refused again
 //	a value with a Retriable() bool method          its answer lets other kepoch packages classify their own errors
 //	*kerr.Error (a Kafka code)                      kerr's flag, except the overrides below
 //	*UnknownCodeError                               no         unknown meaning
@@ -91,7 +92,7 @@ func retriableAt(err error) (verdict, decided bool) {
 	case context.Canceled, context.DeadlineExceeded:
 		return false, true
 	case ErrClosed, ErrLogTruncation, ErrTopicIDChanged, ErrOffsetBelowLogStart, ErrUnknownOutcome,
-		ErrCorruptBatch, ErrCompression, ErrUnsupportedMagic:
+		ErrCorruptBatch, ErrCompression, ErrUnsupportedMagic, ErrInvalidOption, ErrInvalidArgument:
 		return false, true
 	case io.EOF, io.ErrUnexpectedEOF, net.ErrClosed:
 		return true, true

@@ -62,6 +62,22 @@ var (
 	// broker cannot have acted on it. Wrap it to tell callers (and
 	// ProduceNotApplied) so.
 	ErrNotSent = New("kepoch: request not sent")
+
+	// ErrInvalidOption: a constructor (a package's New or NewPartition,
+	// a Config's Validate) refused one of its options. The error that
+	// carries it names the option and the refused value:
+	//
+	//	consumer: option FetchMaxBytes: -1 is not positive: kepoch: invalid option
+	//
+	// Nothing was created; the same options are refused again.
+	ErrInvalidOption = New("kepoch: invalid option")
+
+	// ErrInvalidArgument: a call refused one of its arguments (an empty
+	// topic, a negative offset or partition, a nil record or callback
+	// where one is needed, a partitioner's answer outside the topic's
+	// partitions). The error that carries it names the argument and the
+	// refused value; the call did nothing. The same call is refused again.
+	ErrInvalidArgument = New("kepoch: invalid argument")
 )
 
 // refinement is a kepoch sentinel that narrows a Kafka code.
