@@ -2,10 +2,11 @@ package seek
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/kepoch/kepoch/errors"
 )
 
 // DefaultHistorySize is the number of entries an EpochHistory keeps when
@@ -79,6 +80,7 @@ func NewEpochHistory(size int) *EpochHistory {
 func EpochHistoryOf(entries []EpochEntry, end int64, size int) (*EpochHistory, error) {
 	h := NewEpochHistory(size)
 	if err := checkEntries(entries, end); err != nil {
+		err.argument = true
 		return nil, err
 	}
 	h.entries = append(h.entries, entries...)
@@ -89,18 +91,23 @@ func EpochHistoryOf(entries []EpochEntry, end int64, size int) (*EpochHistory, e
 	return h, nil
 }
 
+// entryString names an entry in a HistoryError's reason.
+func entryString(e EpochEntry) string {
+	return "(epoch " + strconv.Itoa(int(e.Epoch)) + ", offset " + strconv.FormatInt(e.StartOffset, 10) + ")"
+}
+
 // checkEntries validates entries and end as a history's content.
-func checkEntries(entries []EpochEntry, end int64) error {
+func checkEntries(entries []EpochEntry, end int64) *HistoryError {
 	for i, e := range entries {
 		switch {
 		case e.Epoch < 0 || e.StartOffset < 0:
-			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " has a negative epoch or offset"}
+			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " " + entryString(e) + " has a negative epoch or offset"}
 		case i > 0 && (e.Epoch <= entries[i-1].Epoch || e.StartOffset <= entries[i-1].StartOffset):
-			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " does not increase in epoch and offset"}
+			return &HistoryError{Reason: "entry " + strconv.Itoa(i) + " " + entryString(e) + " does not increase in epoch and offset"}
 		}
 	}
 	if n := len(entries); n > 0 && end <= entries[n-1].StartOffset {
-		return &HistoryError{Reason: "end " + strconv.FormatInt(end, 10) + " is not after the last entry"}
+		return &HistoryError{Reason: "end " + strconv.FormatInt(end, 10) + " is not after the last entry " + entryString(entries[n-1])}
 	}
 	return nil
 }
@@ -323,26 +330,45 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrNilHistory is what UnmarshalBinary returns on a nil *EpochHistory.
-var ErrNilHistory = errors.New("seek: UnmarshalBinary into a nil *EpochHistory")
+// ErrNilHistory is what UnmarshalBinary returns on a nil *EpochHistory. It
+// matches errors.ErrInvalidArgument (the receiver is the refused argument).
+var ErrNilHistory error = &nilHistoryError{}
+
+type nilHistoryError struct{}
+
+func (*nilHistoryError) Error() string {
+	return "seek: UnmarshalBinary into a nil *EpochHistory: " + errors.ErrInvalidArgument.Error()
+}
+
+func (*nilHistoryError) Unwrap() error { return errors.ErrInvalidArgument }
 
 // ErrCorruptHistory is matched (errors.Is) by every error UnmarshalBinary
 // and EpochHistoryOf return for input that is not a valid history.
 var ErrCorruptHistory = errors.New("seek: invalid epoch history")
 
 // HistoryError is the error UnmarshalBinary and EpochHistoryOf return: what
-// is wrong with the input. It matches ErrCorruptHistory.
+// is wrong with the input. It matches ErrCorruptHistory; returned by
+// EpochHistoryOf, whose arguments are refused, it matches
+// errors.ErrInvalidArgument too.
 type HistoryError struct {
 	// Version is the encoding version read, 0 when none was.
 	Version int
 	// Reason says what is wrong.
 	Reason string
+
+	argument bool // the input was a call's arguments (EpochHistoryOf), not an encoding
 }
 
 func (e *HistoryError) Error() string { return "seek: invalid epoch history: " + e.Reason }
 
 // Unwrap returns ErrCorruptHistory.
 func (e *HistoryError) Unwrap() error { return ErrCorruptHistory }
+
+// Is matches errors.ErrInvalidArgument when the history was given as a
+// call's arguments.
+func (e *HistoryError) Is(target error) bool {
+	return e.argument && target == errors.ErrInvalidArgument
+}
 
 // MarshalBinary encodes the history (encoding.BinaryMarshaler). It never
 // fails.
@@ -443,7 +469,7 @@ func (h *EpochHistory) UnmarshalBinary(data []byte) error {
 		entries[i] = EpochEntry{Epoch: int32(binary.BigEndian.Uint32(p)), StartOffset: int64(binary.BigEndian.Uint64(p[4:]))}
 	}
 	if err := checkEntries(entries, end); err != nil {
-		err.(*HistoryError).Version = v
+		err.Version = v
 		return err
 	}
 	h.entries, h.size, h.dropped, h.topicID = entries, int(size), flags&historyFlagDrop != 0, id

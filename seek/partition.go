@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kepoch/kepoch/errors"
 )
 
 // State is the fetch state of a partition (Kafka's SubscriptionState fetch
@@ -89,19 +91,26 @@ func DefaultConfig() Config {
 	return Config{Policy: PolicyEarliest, RetryTicks: 1, MaxEpochWaits: 5, LineageSize: 16}
 }
 
-// Validate reports the first invalid field.
+// Validate reports the first invalid field: an error matching
+// errors.ErrInvalidOption that names the field and its value.
 func (c Config) Validate() error {
 	switch {
 	case c.Policy < PolicyEarliest || c.Policy > PolicyNone:
-		return fmt.Errorf("seek: invalid policy %d", c.Policy)
+		return invalidOption("Policy", int(c.Policy), "is not a policy")
 	case c.RetryTicks < 1:
-		return fmt.Errorf("seek: RetryTicks %d < 1", c.RetryTicks)
+		return invalidOption("RetryTicks", c.RetryTicks, "is less than 1")
 	case c.MaxEpochWaits < 1:
-		return fmt.Errorf("seek: MaxEpochWaits %d < 1", c.MaxEpochWaits)
+		return invalidOption("MaxEpochWaits", c.MaxEpochWaits, "is less than 1")
 	case c.LineageSize < 2:
-		return fmt.Errorf("seek: LineageSize %d < 2", c.LineageSize)
+		return invalidOption("LineageSize", c.LineageSize, "is less than 2")
 	}
 	return nil
+}
+
+// invalidOption is Validate's error: the field, its value and why it is
+// refused.
+func invalidOption(name string, value any, why string) error {
+	return fmt.Errorf("seek: option %s: %v %s: %w", name, value, why, errors.ErrInvalidOption)
 }
 
 // purpose is why a validation or a listing is in progress.
