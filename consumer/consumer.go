@@ -221,7 +221,10 @@ func (c *Consumer) Close(ctx context.Context) error {
 // their buffered records), listed ones start at their Start. A partition
 // listed again restarts at its new Start. A partition listed twice in one
 // call is refused (a *PartitionError wrapping ErrDuplicateAssignment for
-// each), and the assignment is left as it was.
+// each), and the assignment is left as it was. So is an entry with an
+// empty topic, a negative partition or an invalid Start (an error matching
+// errors.ErrInvalidArgument naming it), and any Assign on a consumer
+// subscribed to its group (ErrAssignmentMode).
 func (c *Consumer) Assign(as ...Assignment) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -229,16 +232,19 @@ func (c *Consumer) Assign(as ...Assignment) error {
 		return errors.ErrClosed
 	}
 	if c.grp != nil && c.grp.isSubscribed() {
-		return fmt.Errorf("consumer: Assign on a subscribed consumer (the group assigns its partitions)")
+		return fmt.Errorf("consumer: Assign on a subscribed consumer: %w", ErrAssignmentMode)
 	}
 	want := map[TopicPartition]Start{}
 	var dups []error
-	for _, a := range as {
-		if a.Topic == "" || a.Partition < 0 {
-			return fmt.Errorf("consumer: invalid assignment %q partition %d", a.Topic, a.Partition)
+	for i, a := range as {
+		switch {
+		case a.Topic == "":
+			return invalidArgument("Assign", fmt.Sprintf("#%d Topic", i), `"" is empty`)
+		case a.Partition < 0:
+			return invalidArgument("Assign", fmt.Sprintf("#%d Partition", i), fmt.Sprintf("%d of %q is negative", a.Partition, a.Topic))
 		}
-		if err := validStart(a.Start); err != nil {
-			return fmt.Errorf("consumer: %s[%d]: %w", a.Topic, a.Partition, err)
+		if problem := startProblem(a.Start); problem != "" {
+			return invalidArgument("Assign", fmt.Sprintf("#%d Start", i), fmt.Sprintf("%s[%d]: %s", a.Topic, a.Partition, problem))
 		}
 		tp := TopicPartition{a.Topic, a.Partition}
 		if s, dup := want[tp]; dup {
@@ -312,23 +318,25 @@ func (c *Consumer) repositionLocked(p *part) {
 	p.supersedeNearest()
 }
 
-func validStart(s Start) error {
+// startProblem says what makes s refused as a start position, naming the
+// refused value; "" when s is valid.
+func startProblem(s Start) string {
 	switch s.Kind {
 	case seek.StartAt, seek.StartNearest, seek.StartHistory:
 		if s.Offset < 0 {
-			return fmt.Errorf("negative start offset %d", s.Offset)
+			return fmt.Sprintf("offset %d is negative", s.Offset)
 		}
 	case seek.StartTimestamp:
 		if s.Timestamp < 0 {
 			// ListOffsets reads negative timestamps as -1 latest, -2
 			// earliest, -3 max timestamp…: not "the first offset ≥ ms".
-			return fmt.Errorf("negative start timestamp %d", s.Timestamp)
+			return fmt.Sprintf("timestamp %d is negative", s.Timestamp)
 		}
 	case seek.StartEarliest, seek.StartLatest:
 	default:
-		return fmt.Errorf("no start position (use At, AtEpoch, AtHistory, NearestTo, Earliest, Latest or AtTimestamp)")
+		return fmt.Sprintf("kind %d is not a start position (use At, AtEpoch, AtHistory, NearestTo, Earliest, Latest or AtTimestamp)", s.Kind)
 	}
-	return nil
+	return ""
 }
 
 // leaderChangedLocked is the LeaderChanged step of a leader and epoch
@@ -377,16 +385,21 @@ var ErrSeekSuperseded = errors.New("kepoch: seek superseded by a later seek of t
 // position is not validated against the leader (Kafka's seek(tp, offset)).
 // Records buffered for the partition are dropped. After a truncation report
 // with PolicyNone, seeking to the reported consumed offset continues from
-// there, accepting the loss (KIP-320).
+// there, accepting the loss (KIP-320). A negative offset is refused with an
+// error matching errors.ErrInvalidArgument, as is an invalid Start given to
+// SeekTo or a negative offset to SeekToNearest.
 func (c *Consumer) Seek(topic string, partition int32, offset int64) error {
+	if offset < 0 {
+		return invalidArgument("Seek", "offset", fmt.Sprintf("%d is negative", offset))
+	}
 	return c.SeekTo(topic, partition, At(offset))
 }
 
 // SeekTo moves a partition's position to any Start (an offset with its
 // epoch is validated before anything is fetched).
 func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
-	if err := validStart(s); err != nil {
-		return err
+	if problem := startProblem(s); problem != "" {
+		return invalidArgument("SeekTo", "start", problem)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -413,8 +426,8 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 // later seek of the partition ends a waiting SeekToNearest with
 // ErrSeekSuperseded; its revocation, with a *PartitionError.
 func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
-	if err := validStart(NearestTo(om.Offset, om.LeaderEpoch)); err != nil {
-		return Position{}, err
+	if om.Offset < 0 {
+		return Position{}, invalidArgument("SeekToNearest", "om", fmt.Sprintf("offset %d is negative", om.Offset))
 	}
 	c.mu.Lock()
 	p, err := c.part(topic, partition)
@@ -462,6 +475,11 @@ func (c *Consumer) Resume(tps ...TopicPartition) error {
 // *PartitionError wrapping it names the partition, and nothing is
 // assigned or revoked.
 var ErrDuplicateAssignment = errors.New("kepoch: partition assigned twice in one Assign")
+
+// ErrAssignmentMode refuses mixing the two ways a consumer gets its
+// partitions: Assign on a consumer subscribed to its group, Subscribe on
+// one that has partitions assigned by hand.
+var ErrAssignmentMode = errors.New("kepoch: a consumer is assigned either by hand (Assign) or by its group (Subscribe), not both")
 
 // ErrNotAssigned: the partition is not (or no longer) assigned to the
 // consumer. A call naming it (Seek, SeekTo, SeekToNearest, Pause, Resume)

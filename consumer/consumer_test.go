@@ -450,22 +450,6 @@ func TestSeekToNearestEnds(t *testing.T) {
 	})
 }
 
-func TestOptionsValidated(t *testing.T) {
-	for name, opts := range map[string][]consumer.Opt{
-		"no seeds":        nil,
-		"bad policy":      {consumer.SeedBrokers("x:1"), consumer.TruncationPolicy(0)},
-		"bytes":           {consumer.SeedBrokers("x:1"), consumer.FetchMaxBytes(10), consumer.FetchMaxPartitionBytes(100)},
-		"negative poll":   {consumer.SeedBrokers("x:1"), consumer.MaxPollRecords(-1)},
-		"buffer too low":  {consumer.SeedBrokers("x:1"), consumer.MaxBufferedBytes(1)},
-		"backoff too low": {consumer.SeedBrokers("x:1"), consumer.RetryBackoff(0)},
-		"negative gc":     {consumer.SeedBrokers("x:1"), consumer.GCReserve(-1)},
-	} {
-		if _, err := consumer.New(opts...); err == nil {
-			t.Errorf("%s: New accepted invalid options", name)
-		}
-	}
-}
-
 // TestGCReserve: a consumer holds its GC reserve (an eighth of
 // MaxBufferedBytes, at most 32 MiB, unless GCReserve says otherwise) from
 // New until Close.

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
@@ -157,17 +158,23 @@ func newGroup(c *Consumer) *group {
 // group's committed positions (validated against the leader with their
 // leader epochs before anything is fetched) or at NoCommitStart. Calling it
 // again replaces the subscription and rejoins. Assign cannot be used on a
-// subscribed consumer.
+// subscribed consumer, nor Subscribe on one with partitions assigned by hand
+// (ErrAssignmentMode). No topics, or an empty one, is refused with an error
+// matching errors.ErrInvalidArgument (SubscribeRegex: an expr that does not
+// compile).
 func (c *Consumer) Subscribe(topics ...string) error {
 	if len(topics) == 0 {
-		return fmt.Errorf("consumer: Subscribe without topics")
+		return invalidArgument("Subscribe", "topics", "none given")
 	}
 	ts := slices.Clone(topics)
 	sort.Strings(ts)
 	ts = slices.Compact(ts)
 	for _, t := range ts {
-		if t == "" || !validGroupString(t) {
-			return fmt.Errorf("consumer: invalid topic %q", t)
+		switch {
+		case t == "":
+			return invalidArgument("Subscribe", "topics", `"" is empty`)
+		case !validGroupString(t):
+			return invalidArgument("Subscribe", "topics", fmt.Sprintf("a name of %d bytes is longer than %d", len(t), math.MaxInt16))
 		}
 	}
 	return c.subscribe(ts, nil, "")
@@ -179,7 +186,7 @@ func (c *Consumer) Subscribe(topics ...string) error {
 func (c *Consumer) SubscribeRegex(expr string) error {
 	re, err := regexp.Compile("^(?:" + expr + ")$")
 	if err != nil {
-		return fmt.Errorf("consumer: SubscribeRegex: %w", err)
+		return fmt.Errorf("consumer: SubscribeRegex: argument expr: %q does not compile: %w: %w", expr, err, errors.ErrInvalidArgument)
 	}
 	return c.subscribe(nil, re, expr)
 }
@@ -204,7 +211,7 @@ func (c *Consumer) subscribe(topics []string, re *regexp.Regexp, expr string) er
 		return fmt.Errorf("consumer: the group membership ended: %w", context.Cause(g.ctx))
 	}
 	if manual && !g.subscribed {
-		return fmt.Errorf("consumer: Subscribe after Assign (a consumer is either assigned by hand or by its group)")
+		return fmt.Errorf("consumer: Subscribe after Assign: %w", ErrAssignmentMode)
 	}
 	g.topics, g.regex, g.regexExpr = topics, re, expr
 	if g.subscribed {

@@ -293,7 +293,9 @@ func (g *group) await(ctx context.Context, r *commitReq) error {
 // CommitSync commits offsets to the group and waits for the coordinator's
 // answer. A nil map commits every position Poll has returned (Consumed).
 // The error joins a *errors.PartitionError (Op "commit") per partition that
-// failed or was refused; the other partitions were committed.
+// failed or was refused; the other partitions were committed. An entry with
+// an empty topic or a negative partition or offset is refused with one
+// matching errors.ErrInvalidArgument.
 //
 // In a subscribed group (Subscribe), a partition the member does not own
 // when CommitSync is called (revoked, lost, or not assigned yet: ownership
@@ -370,11 +372,20 @@ func (c *Consumer) Consumed() map[TopicPartition]OffsetAndMetadata {
 
 // Committed reads the group's committed offsets of the partitions, with
 // their leader epochs (OffsetFetch v5+). Partitions without a commit are
-// left out.
+// left out. A partition with an empty topic or a negative partition is
+// refused with an error matching errors.ErrInvalidArgument.
 func (c *Consumer) Committed(ctx context.Context, tps ...TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
 	g := c.grp
 	if g == nil {
 		return nil, ErrNoGroup
+	}
+	for _, tp := range tps {
+		switch {
+		case tp.Topic == "":
+			return nil, invalidArgument("Committed", "tps", `topic "" is empty`)
+		case tp.Partition < 0:
+			return nil, invalidArgument("Committed", "tps", fmt.Sprintf("%v: partition %d is negative", tp, tp.Partition))
+		}
 	}
 	all, err := g.fetchCommitted(ctx, tps)
 	if err != nil {
@@ -393,6 +404,20 @@ func commitErr(tp TopicPartition, om OffsetAndMetadata, err error) error {
 	return &errors.PartitionError{Op: "commit", Topic: tp.Topic, Partition: tp.Partition, Offset: om.Offset, LeaderEpoch: om.LeaderEpoch, Err: err}
 }
 
+// commitProblem says what makes an explicit commit of om for tp refused,
+// naming the refused value; "" when it is valid.
+func commitProblem(tp TopicPartition, om OffsetAndMetadata) string {
+	switch {
+	case tp.Topic == "":
+		return `topic "" is empty`
+	case tp.Partition < 0:
+		return fmt.Sprintf("partition %d is negative", tp.Partition)
+	case om.Offset < 0:
+		return fmt.Sprintf("offset %d is negative", om.Offset)
+	}
+	return ""
+}
+
 // screen applies commit hygiene to explicit offsets: it returns those to
 // send, the incarnation each partition reads now, and an error per refused
 // partition.
@@ -403,8 +428,8 @@ func (g *group) screen(offsets map[TopicPartition]OffsetAndMetadata) (map[TopicP
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for tp, om := range offsets {
-		if tp.Topic == "" || tp.Partition < 0 || om.Offset < 0 {
-			refused = append(refused, commitErr(tp, om, fmt.Errorf("invalid commit")))
+		if problem := commitProblem(tp, om); problem != "" {
+			refused = append(refused, commitErr(tp, om, fmt.Errorf("argument offsets: %s: %w", problem, errors.ErrInvalidArgument)))
 			continue
 		}
 		if p := c.parts[tp]; p != nil {

@@ -257,8 +257,8 @@ func TestCommitHygiene(t *testing.T) {
 		t.Fatalf("subscribe without group: %v", err)
 	}
 	// Subscribe and Assign exclude each other.
-	if err := cons.Subscribe(topic); err == nil {
-		t.Fatal("Subscribe after Assign accepted")
+	if err := cons.Subscribe(topic); !errors.Is(err, consumer.ErrAssignmentMode) {
+		t.Fatalf("Subscribe after Assign: %v; want ErrAssignmentMode", err)
 	}
 }
 

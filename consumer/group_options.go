@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kepoch/kepoch/seek"
@@ -72,45 +73,47 @@ func defaultGroupCfg() groupCfg {
 func (g *groupCfg) validate() error {
 	if g.id == "" {
 		if g.instanceID != nil {
-			return fmt.Errorf("consumer: GroupInstanceID without Group")
+			return invalidOption("GroupInstanceID", fmt.Sprintf("%q given without Group", *g.instanceID))
 		}
 		return nil
 	}
 	switch {
 	case !validGroupString(g.id):
-		return fmt.Errorf("consumer: group id of %d bytes", len(g.id))
-	case g.instanceID != nil && (*g.instanceID == "" || !validGroupString(*g.instanceID)):
-		return fmt.Errorf("consumer: invalid GroupInstanceID %q", *g.instanceID)
+		return invalidOption("Group", fmt.Sprintf("an id of %d bytes is longer than %d", len(g.id), math.MaxInt16))
+	case g.instanceID != nil && *g.instanceID == "":
+		return invalidOption("GroupInstanceID", `"" is empty`)
+	case g.instanceID != nil && !validGroupString(*g.instanceID):
+		return invalidOption("GroupInstanceID", fmt.Sprintf("an id of %d bytes is longer than %d", len(*g.instanceID), math.MaxInt16))
 	case g.protocol != ProtocolClassic && g.protocol != ProtocolConsumer:
-		return fmt.Errorf("consumer: invalid group protocol %d", g.protocol)
+		return invalidOption("WithGroupProtocol", fmt.Sprintf("%d is not a protocol", g.protocol))
 	case len(g.assignors) == 0:
-		return fmt.Errorf("consumer: Assignors with no assignor")
+		return invalidOption("Assignors", "none given")
 	case g.sessionTimeout < time.Second:
-		return fmt.Errorf("consumer: SessionTimeout %v < 1s", g.sessionTimeout)
+		return invalidOption("SessionTimeout", fmt.Sprintf("%v is less than 1s", g.sessionTimeout))
 	case g.rebalanceTimeout < time.Second:
-		return fmt.Errorf("consumer: RebalanceTimeout %v < 1s", g.rebalanceTimeout)
+		return invalidOption("RebalanceTimeout", fmt.Sprintf("%v is less than 1s", g.rebalanceTimeout))
 	case g.heartbeatInterval < 10*time.Millisecond || g.heartbeatInterval >= g.sessionTimeout:
-		return fmt.Errorf("consumer: HeartbeatInterval %v must be in [10ms, SessionTimeout %v)", g.heartbeatInterval, g.sessionTimeout)
+		return invalidOption("HeartbeatInterval", fmt.Sprintf("%v is not in [10ms, SessionTimeout %v)", g.heartbeatInterval, g.sessionTimeout))
 	case g.autoCommit && g.autoCommitInterval < 10*time.Millisecond:
-		return fmt.Errorf("consumer: AutoCommitInterval %v < 10ms", g.autoCommitInterval)
+		return invalidOption("AutoCommitInterval", fmt.Sprintf("%v is less than 10ms", g.autoCommitInterval))
 	case g.maxPollInterval <= 0:
-		return fmt.Errorf("consumer: MaxPollInterval %v ≤ 0", g.maxPollInterval)
+		return invalidOption("MaxPollInterval", fmt.Sprintf("%v is not positive", g.maxPollInterval))
 	}
 	seen := map[string]bool{}
 	for _, n := range g.assignors {
 		if _, ok := assignorByName(n); !ok {
-			return fmt.Errorf("consumer: unknown assignor %q (use %q, %q or %q)", n, RangeAssignor, RoundRobinAssignor, CooperativeStickyAssignor)
+			return invalidOption("Assignors", fmt.Sprintf("%q is not an assignor (use %q, %q or %q)", n, RangeAssignor, RoundRobinAssignor, CooperativeStickyAssignor))
 		}
 		if seen[n] {
-			return fmt.Errorf("consumer: assignor %q listed twice", n)
+			return invalidOption("Assignors", fmt.Sprintf("%q is listed twice", n))
 		}
 		seen[n] = true
 	}
-	if err := validStart(g.noCommitStart); err != nil {
-		return fmt.Errorf("consumer: NoCommitStart: %w", err)
+	if problem := startProblem(g.noCommitStart); problem != "" {
+		return invalidOption("NoCommitStart", problem)
 	}
 	if g.noCommitStart.Kind == seek.StartNearest {
-		return fmt.Errorf("consumer: NoCommitStart cannot be NearestTo")
+		return invalidOption("NoCommitStart", fmt.Sprintf("%v is a NearestTo, which needs a stored position", g.noCommitStart))
 	}
 	return nil
 }

@@ -6,11 +6,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/metadata"
 	"github.com/kepoch/kepoch/seek"
 )
 
-// Opt configures a Consumer. Options are validated once, by New.
+// Opt configures a Consumer. Options are validated once, by New: a refused
+// option is an error matching errors.ErrInvalidOption that names it and its
+// value.
 type Opt interface{ apply(*cfg) }
 
 type optFunc func(*cfg)
@@ -78,41 +81,61 @@ func defaultCfg() cfg {
 func (c *cfg) validate() error {
 	switch {
 	case c.client == nil && len(c.seeds) == 0:
-		return fmt.Errorf("consumer: no seed brokers (SeedBrokers) and no client (WithClient)")
-	case c.client != nil && (len(c.seeds) > 0 || len(c.transportOpts) > 0):
-		return fmt.Errorf("consumer: WithClient excludes SeedBrokers and TransportOpts (configure the client itself)")
+		return invalidOption("SeedBrokers", "none given, and no WithClient")
+	case c.client != nil && len(c.seeds) > 0:
+		return invalidOption("WithClient", fmt.Sprintf("given with SeedBrokers %v (configure the client itself)", c.seeds))
+	case c.client != nil && len(c.transportOpts) > 0:
+		return invalidOption("WithClient", fmt.Sprintf("given with %d TransportOpts (configure the client itself)", len(c.transportOpts)))
 	case c.policy < seek.PolicyEarliest || c.policy > seek.PolicyNone:
-		return fmt.Errorf("consumer: invalid truncation policy %d", c.policy)
+		return invalidOption("TruncationPolicy", fmt.Sprintf("%d is not a policy", c.policy))
 	case c.maxWait < 0 || c.maxWait > 5*time.Minute:
-		return fmt.Errorf("consumer: FetchMaxWait %v out of range [0, 5m]", c.maxWait)
+		return invalidOption("FetchMaxWait", fmt.Sprintf("%v is not in [0, 5m]", c.maxWait))
 	case c.minBytes < 1:
-		return fmt.Errorf("consumer: FetchMinBytes %d < 1", c.minBytes)
-	case c.partMaxBytes < 1 || c.maxBytes < c.partMaxBytes:
-		return fmt.Errorf("consumer: FetchMaxBytes %d must be ≥ FetchMaxPartitionBytes %d ≥ 1", c.maxBytes, c.partMaxBytes)
+		return invalidOption("FetchMinBytes", fmt.Sprintf("%d is not positive", c.minBytes))
+	case c.partMaxBytes < 1:
+		return invalidOption("FetchMaxPartitionBytes", fmt.Sprintf("%d is not positive", c.partMaxBytes))
+	case c.maxBytes < 1:
+		return invalidOption("FetchMaxBytes", fmt.Sprintf("%d is not positive", c.maxBytes))
+	case c.maxBytes < c.partMaxBytes:
+		return invalidOption("FetchMaxBytes", fmt.Sprintf("%d is less than FetchMaxPartitionBytes %d", c.maxBytes, c.partMaxBytes))
 	case c.maxBuffered < int(c.maxBytes):
-		return fmt.Errorf("consumer: MaxBufferedBytes %d must be ≥ FetchMaxBytes %d", c.maxBuffered, c.maxBytes)
+		return invalidOption("MaxBufferedBytes", fmt.Sprintf("%d is less than FetchMaxBytes %d", c.maxBuffered, c.maxBytes))
 	case c.maxPollRecords < 0:
-		return fmt.Errorf("consumer: MaxPollRecords %d < 0", c.maxPollRecords)
+		return invalidOption("MaxPollRecords", fmt.Sprintf("%d is negative", c.maxPollRecords))
 	case c.decodeParallel < 1 || c.decodeParallel > 64:
-		return fmt.Errorf("consumer: DecompressParallelism %d is not in 1..64", c.decodeParallel)
+		return invalidOption("DecompressParallelism", fmt.Sprintf("%d is not in [1, 64]", c.decodeParallel))
 	case c.tick < time.Millisecond:
-		return fmt.Errorf("consumer: RetryBackoff %v < 1ms", c.tick)
+		return invalidOption("RetryBackoff", fmt.Sprintf("%v is less than 1ms", c.tick))
 	case c.requestTimeout < time.Second:
-		return fmt.Errorf("consumer: RequestTimeout %v < 1s", c.requestTimeout)
+		return invalidOption("RequestTimeout", fmt.Sprintf("%v is less than 1s", c.requestTimeout))
 	case c.lineageSize < 2:
-		return fmt.Errorf("consumer: LineageSize %d < 2", c.lineageSize)
+		return invalidOption("LineageSize", fmt.Sprintf("%d is less than 2", c.lineageSize))
 	case c.historySize < 0:
-		return fmt.Errorf("consumer: DeliveryHistory %d < 0", c.historySize)
+		return invalidOption("DeliveryHistory", fmt.Sprintf("%d is negative", c.historySize))
 	case c.epochHistory < 1 || c.epochHistory > 1<<16:
-		return fmt.Errorf("consumer: EpochHistorySize %d is not in 1..65536", c.epochHistory)
+		return invalidOption("EpochHistorySize", fmt.Sprintf("%d is not in [1, 65536]", c.epochHistory))
 	case c.maxEpochWaits < 1:
-		return fmt.Errorf("consumer: MaxEpochWaits %d < 1", c.maxEpochWaits)
+		return invalidOption("MaxEpochWaits", fmt.Sprintf("%d is not positive", c.maxEpochWaits))
 	case c.missingAfter < 0:
-		return fmt.Errorf("consumer: MissingPartitionReport %v < 0", c.missingAfter)
+		return invalidOption("MissingPartitionReport", fmt.Sprintf("%v is negative", c.missingAfter))
 	case c.gcReserveSet && c.gcReserve < 0:
-		return fmt.Errorf("consumer: GCReserve %d < 0", c.gcReserve)
+		return invalidOption("GCReserve", fmt.Sprintf("%d is negative", c.gcReserve))
 	}
 	return c.group.validate()
+}
+
+// invalidOption is New's error for a refused option: it names the option
+// and says what of its value is refused, and matches
+// errors.ErrInvalidOption.
+func invalidOption(name, problem string) error {
+	return fmt.Errorf("consumer: option %s: %s: %w", name, problem, errors.ErrInvalidOption)
+}
+
+// invalidArgument is a call's error for a refused argument: it names the
+// call and the argument and says what of its value is refused, and matches
+// errors.ErrInvalidArgument.
+func invalidArgument(call, arg, problem string) error {
+	return fmt.Errorf("consumer: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
 }
 
 // SeedBrokers sets the brokers to bootstrap from (host:port).
