@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,8 +83,10 @@ func (b badPartitioner) Partition(*producer.Record, int32) int32 { return b.part
 func (badPartitioner) BatchClosed(string, int32)                 {}
 
 // A partitioner that breaks its contract (a partition outside [0, n)) makes
-// Produce return an error; it neither panics nor queues the record on a
-// partition that does not exist.
+// Produce return a *errors.PartitionError naming the partition it returned,
+// matching ErrPartitionerOutOfRange and errors.ErrInvalidArgument; it
+// neither panics nor queues the record on a partition that does not exist
+// (nor on another), and the record's callback never runs.
 func TestPartitionerOutOfRange(t *testing.T) {
 	for _, part := range []int32{-1, 2} {
 		c := newCluster(t, 2)
@@ -96,10 +99,19 @@ func TestPartitionerOutOfRange(t *testing.T) {
 					t.Fatalf("partition %d: Produce panicked: %v", part, r)
 				}
 			}()
-			perr = p.Produce(ctx, &producer.Record{Topic: topic, Value: []byte("x")}, nil)
+			perr = p.Produce(ctx, &producer.Record{Topic: topic, Value: []byte("x")}, func(producer.Result) {
+				t.Errorf("partition %d of 2: the refused record was reported", part)
+			})
 		}()
-		if perr == nil {
-			t.Fatalf("partition %d of 2: Produce accepted the record", part)
+		pe, ok := errors.AsType[*errors.PartitionError](perr)
+		if !ok || pe.Partition != part || !errors.Is(perr, producer.ErrPartitionerOutOfRange) || !errors.Is(perr, errors.ErrInvalidArgument) {
+			t.Fatalf("partition %d of 2: Produce returned %v; want a *PartitionError for it matching ErrPartitionerOutOfRange", part, perr)
+		}
+		if want := fmt.Sprintf("returned %d for a topic of 2 partitions", part); !strings.Contains(perr.Error(), want) {
+			t.Fatalf("partition %d of 2: %q does not say %q", part, perr, want)
+		}
+		if err := p.Flush(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

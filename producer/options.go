@@ -6,11 +6,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/internal/compress"
 	"github.com/kepoch/kepoch/metadata"
 )
 
-// Opt configures a Producer. Options are validated once, by New.
+// Opt configures a Producer. Options are validated once, by New: a refused
+// option is an error matching errors.ErrInvalidOption that names it and its
+// value.
 type Opt interface{ apply(*cfg) }
 
 type optFunc func(*cfg)
@@ -84,44 +87,58 @@ func defaultCfg() cfg {
 func (c *cfg) validate() error {
 	switch {
 	case len(c.seeds) == 0:
-		return fmt.Errorf("producer: no seed brokers (SeedBrokers)")
+		return invalidOption("SeedBrokers", "none given")
 	case c.acks != AcksAll && c.acks != AcksLeader && c.acks != AcksNone:
-		return fmt.Errorf("producer: invalid acks %d", c.acks)
+		return invalidOption("RequiredAcks", fmt.Sprintf("%d is not an acknowledgement level", c.acks))
 	case c.idempotent && c.acks != AcksAll:
-		return fmt.Errorf("producer: idempotence requires AcksAll (use DisableIdempotence for acks %d)", c.acks)
+		return invalidOption("RequiredAcks", fmt.Sprintf("%d is not AcksAll, which idempotence requires (use DisableIdempotence)", c.acks))
 	case c.transactionalID != "" && !c.idempotent:
-		return fmt.Errorf("producer: a transactional producer is idempotent (do not DisableIdempotence)")
+		return invalidOption("DisableIdempotence", fmt.Sprintf("given with TransactionalID %q (a transactional producer is idempotent)", c.transactionalID))
 	case !c.codec.Valid():
-		return fmt.Errorf("producer: unknown compression codec %d", c.codec)
+		return invalidOption("Compression", fmt.Sprintf("%d is not a codec", c.codec))
 	case c.batchBytes < 1024 || c.batchBytes > 64<<20:
-		return fmt.Errorf("producer: BatchMaxBytes %d out of range [1 KiB, 64 MiB]", c.batchBytes)
+		return invalidOption("BatchMaxBytes", fmt.Sprintf("%d is not in [1 KiB, 64 MiB]", c.batchBytes))
 	case c.requestBytes < c.batchBytes || c.requestBytes > 1<<30:
-		return fmt.Errorf("producer: MaxRequestBytes %d out of range [BatchMaxBytes %d, 1 GiB]", c.requestBytes, c.batchBytes)
+		return invalidOption("MaxRequestBytes", fmt.Sprintf("%d is not in [BatchMaxBytes %d, 1 GiB]", c.requestBytes, c.batchBytes))
 	case c.linger < 0:
-		return fmt.Errorf("producer: Linger %v < 0", c.linger)
+		return invalidOption("Linger", fmt.Sprintf("%v is negative", c.linger))
 	case c.maxBuffered < c.batchBytes:
-		return fmt.Errorf("producer: MaxBufferedBytes %d must be ≥ BatchMaxBytes %d", c.maxBuffered, c.batchBytes)
+		return invalidOption("MaxBufferedBytes", fmt.Sprintf("%d is less than BatchMaxBytes %d", c.maxBuffered, c.batchBytes))
 	case c.requestTO < 100*time.Millisecond:
-		return fmt.Errorf("producer: RequestTimeout %v < 100ms", c.requestTO)
+		return invalidOption("RequestTimeout", fmt.Sprintf("%v is less than 100ms", c.requestTO))
 	case c.deliveryTO < c.requestTO+c.linger:
-		return fmt.Errorf("producer: DeliveryTimeout %v must be ≥ RequestTimeout %v + Linger %v", c.deliveryTO, c.requestTO, c.linger)
+		return invalidOption("DeliveryTimeout", fmt.Sprintf("%v is less than RequestTimeout %v + Linger %v", c.deliveryTO, c.requestTO, c.linger))
 	case c.retryBackoff < time.Millisecond:
-		return fmt.Errorf("producer: RetryBackoff %v < 1ms", c.retryBackoff)
+		return invalidOption("RetryBackoff", fmt.Sprintf("%v is less than 1ms", c.retryBackoff))
 	case c.maxInFlight < 1 || c.maxInFlight > MaxInFlightPerPartition:
-		return fmt.Errorf("producer: MaxInFlightPerPartition %d out of range [1, %d]", c.maxInFlight, MaxInFlightPerPartition)
+		return invalidOption("MaxInFlight", fmt.Sprintf("%d is not in [1, %d]", c.maxInFlight, MaxInFlightPerPartition))
 	case c.metaMaxAge < 100*time.Millisecond:
-		return fmt.Errorf("producer: MetadataMaxAge %v < 100ms", c.metaMaxAge)
+		return invalidOption("MetadataMaxAge", fmt.Sprintf("%v is less than 100ms", c.metaMaxAge))
 	case c.metaWait <= 0:
-		return fmt.Errorf("producer: MetadataWait %v ≤ 0", c.metaWait)
+		return invalidOption("MetadataWait", fmt.Sprintf("%v is not positive", c.metaWait))
 	case c.txnTimeout < time.Second:
-		return fmt.Errorf("producer: TransactionTimeout %v < 1s", c.txnTimeout)
+		return invalidOption("TransactionTimeout", fmt.Sprintf("%v is less than 1s", c.txnTimeout))
 	}
 	if c.levelSet {
 		if _, err := compress.NewCompressor(compress.WithLevel(c.codec, c.level)); err != nil {
-			return fmt.Errorf("producer: %w", err)
+			return fmt.Errorf("producer: option CompressionLevel: %d is not a level of %v: %w: %w", c.level, c.codec, err, errors.ErrInvalidOption)
 		}
 	}
 	return nil
+}
+
+// invalidOption is New's error for a refused option: it names the option
+// and says what of its value is refused, and matches
+// errors.ErrInvalidOption.
+func invalidOption(name, problem string) error {
+	return fmt.Errorf("producer: option %s: %s: %w", name, problem, errors.ErrInvalidOption)
+}
+
+// invalidArgument is a call's error for a refused argument: it names the
+// call and the argument and says what of its value is refused, and matches
+// errors.ErrInvalidArgument.
+func invalidArgument(call, arg, problem string) error {
+	return fmt.Errorf("producer: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
 }
 
 // SeedBrokers sets the brokers to bootstrap from (host:port).

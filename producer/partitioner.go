@@ -9,7 +9,8 @@ import (
 // producer's lock held, once per record without an explicit partition, and
 // must be fast and must not call back into the Producer.
 type Partitioner interface {
-	// Partition returns a partition in [0, n).
+	// Partition returns a partition in [0, n). Produce refuses a record
+	// it returns another partition for (ErrPartitionerOutOfRange).
 	Partition(r *Record, n int32) int32
 	// BatchClosed tells the partitioner that topic's batch for partition
 	// was closed (full or sent), so a sticky partitioner may move on.

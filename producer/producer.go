@@ -295,6 +295,11 @@ func (p *Producer) Bumps() int {
 // errors.ErrMessageTooLarge (cb is not called); one the brokers refuse as
 // too large (their message.max.bytes) is reported failed with that error,
 // alone: a batch holding other records too is split until they fit.
+// A nil record, one without a topic, or one with ExplicitPartition and a
+// negative Partition is refused at once with an error matching
+// errors.ErrInvalidArgument that names it; a partition the Partitioner
+// returns outside the topic's partitions, with a *errors.PartitionError
+// matching ErrPartitionerOutOfRange (cb is not called either way).
 //
 // Callbacks (cb, OnOutcome, OnAckedWritesLost) run on one producer
 // goroutine, one at a time, never with the producer's lock held; a
@@ -306,8 +311,13 @@ func (p *Producer) Bumps() int {
 // called from a callback return only when their context ends, and Close
 // never does.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
-	if r == nil || r.Topic == "" {
-		return fmt.Errorf("producer: a record needs a topic")
+	switch {
+	case r == nil:
+		return invalidArgument("Produce", "r", "nil")
+	case r.Topic == "":
+		return invalidArgument("Produce", "r.Topic", `"" is empty`)
+	case r.ExplicitPartition && r.Partition < 0:
+		return invalidArgument("Produce", "r.Partition", fmt.Sprintf("%d of %q is negative", r.Partition, r.Topic))
 	}
 	if r.Timestamp.IsZero() {
 		r.Timestamp = p.clock.now()
@@ -376,12 +386,11 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 	}
 	if partition < 0 || partition >= nparts {
 		p.mu.Unlock()
-		what := "no such partition"
+		err := fmt.Errorf("no such partition (topic has %d)", nparts)
 		if !r.ExplicitPartition {
-			what = "the partitioner chose no such partition"
+			err = fmt.Errorf("%w: it returned %d for a topic of %d partitions", ErrPartitionerOutOfRange, partition, nparts)
 		}
-		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1,
-			Err: fmt.Errorf("%s (topic has %d)", what, nparts)}
+		return &errors.PartitionError{Op: "produce", Topic: r.Topic, Partition: partition, Offset: -1, LeaderEpoch: -1, Err: err}
 	}
 	tp := TopicPartition{r.Topic, partition}
 	if p.txn != nil {

@@ -710,12 +710,18 @@ func (s *Sequencer) Expire(now time.Time) Decision {
 // earlier attempt had no definite answer) and its sequences are resolved like
 // a refused batch's: given back at the tail, else by a bump once the
 // partition has nothing outstanding. Transactional: the transaction becomes
-// abortable.
+// abortable. A nil err is taken as an error matching
+// errors.ErrInvalidArgument that says so.
 func (s *Sequencer) Abandon(ref BatchRef, err error) Decision {
 	var d Decision
 	b := s.batches[ref]
 	if b == nil || b.disp == abandoned || b.disp == acked {
 		return d
+	}
+	if err == nil {
+		// The batch fails all the same: a Failed outcome without an
+		// error would read as delivered.
+		err = invalidArgument("Sequencer.Abandon", "err", "nil (a batch is abandoned for a reason)")
 	}
 	before := s.producer
 	s.fail(b, err, &d)
@@ -793,7 +799,7 @@ func (s *Sequencer) ackedSince(tp TopicPartition, n uint64) bool {
 func (s *Sequencer) SetProducer(id ProducerID) (Decision, error) {
 	var d Decision
 	if !id.Valid() {
-		return d, fmt.Errorf("kepoch: invalid producer identity %v", id)
+		return d, invalidArgument("Sequencer.SetProducer", "id", fmt.Sprintf("%v is not a producer identity", id))
 	}
 	if s.fatal != nil {
 		return d, fmt.Errorf("%w: %w", ErrProducerFatal, s.fatal)
@@ -808,9 +814,15 @@ func (s *Sequencer) SetProducer(id ProducerID) (Decision, error) {
 // FailPending fails every batch that is not on the wire with err and stops
 // resends and new batches until SetProducer or Resume: for a transaction being
 // aborted, or a producer closing. Batches on the wire fail when their answer
-// comes (unless it is an acknowledgement).
+// comes (unless it is an acknowledgement). A nil err is taken as an error
+// matching errors.ErrInvalidArgument that says so.
 func (s *Sequencer) FailPending(err error) Decision {
 	var d Decision
+	if err == nil {
+		// Batches fail all the same, and the period starts: a nil
+		// failing would neither read as failed nor stop new batches.
+		err = invalidArgument("Sequencer.FailPending", "err", "nil (batches fail for a reason)")
+	}
 	if s.failing == nil {
 		s.failing = err
 	}
@@ -820,13 +832,14 @@ func (s *Sequencer) FailPending(err error) Decision {
 
 // Resume ends a failing period when no new identity is needed (a
 // transactional abort in which no batch lost its sequences); otherwise it
-// returns an error and the caller must bump (SetProducer with a new epoch).
+// returns an error matching ErrResumeRefused and the caller must bump
+// (SetProducer with a new epoch) or wait for the batches on the wire.
 func (s *Sequencer) Resume() error {
 	if s.NeedsBump() {
-		return fmt.Errorf("kepoch: sequences need a new producer epoch")
+		return fmt.Errorf("%w: they need a new producer epoch", ErrResumeRefused)
 	}
 	if s.Outstanding() > 0 {
-		return fmt.Errorf("kepoch: %d batches still on the wire", s.Outstanding())
+		return fmt.Errorf("%w: %d batches still on the wire", ErrResumeRefused, s.Outstanding())
 	}
 	s.failing = nil
 	return nil

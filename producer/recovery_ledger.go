@@ -248,10 +248,17 @@ func seqPlus(seq int32, n int64) int32 {
 }
 
 // Record adds an acknowledged range (from an Ack with BaseOffset ≥ 0:
-// From = BaseOffset, To = BaseOffset + Records).
+// From = BaseOffset, To = BaseOffset + Records). A range that is empty,
+// starts at a negative offset or has a negative leader epoch is refused
+// with an error matching errors.ErrInvalidArgument.
 func (l *AckLedger) Record(tp TopicPartition, r AckedRange) error {
-	if r.From < 0 || r.To <= r.From || r.LeaderEpoch < 0 {
-		return fmt.Errorf("kepoch: cannot record acked range [%d, %d) at epoch %d", r.From, r.To, r.LeaderEpoch)
+	switch {
+	case r.From < 0:
+		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) starts at a negative offset", r.From, r.To))
+	case r.To <= r.From:
+		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) is empty", r.From, r.To))
+	case r.LeaderEpoch < 0:
+		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("leader epoch %d is negative", r.LeaderEpoch))
 	}
 	p := l.part(tp)
 	e := &ledgerEntry{AckedRange: r, presentIn: r.LeaderEpoch}

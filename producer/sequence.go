@@ -6,10 +6,11 @@ package producer
 // the outcome types it reports are in recovery_outcome.go.
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/kepoch/kepoch/errors"
 )
 
 // TopicPartition names one partition.
@@ -75,6 +76,14 @@ func LastSequence(base, n int32) int32 { return NextSequence(base, n-1) }
 // Errors returned by Sequencer methods. Assign's errors are "not now": the
 // partition cannot take a new batch until the condition clears (an
 // InitProducerId answer, acknowledgements, or a recovery finishing).
+//
+// A Sequencer's (or an AckLedger's, or a TxnState's) method given an
+// argument it cannot take (a batch of no records, a ref it does not know or
+// that is not in the state the call needs, an invalid producer identity, a
+// split that does not add up, an acked range that is empty or negative)
+// returns an error matching errors.ErrInvalidArgument that names the call,
+// the argument and the value, and changes nothing; NewSequencer refuses a
+// Config field with one matching errors.ErrInvalidOption.
 var (
 	// ErrNoProducerID: there is no producer identity yet, or a new producer
 	// ID has been requested (epoch exhaustion, INVALID_PRODUCER_EPOCH,
@@ -108,7 +117,29 @@ var (
 	// requests failed for good or kept failing. Errors wrapping it also
 	// wrap the last attempt's error.
 	ErrAckCheckFailed = errors.New("kepoch: acknowledged writes not verified after a leader change: the check failed")
+
+	// ErrResumeRefused: Resume cannot end the failing period as things
+	// stand: batches lost their sequences (NeedsBump: a new producer
+	// epoch is needed, SetProducer), or batches are still on the wire
+	// (Outstanding: their answers come first). The error says which.
+	ErrResumeRefused = errors.New("kepoch: sequences cannot resume")
+
+	// ErrPartitionerOutOfRange: the producer's Partitioner (WithPartitioner)
+	// returned a partition outside [0, n) for a topic of n partitions. The
+	// record is refused (Produce returns a *errors.PartitionError naming
+	// the topic and the partition returned, wrapping it), never queued on
+	// another partition. It matches errors.ErrInvalidArgument: the
+	// record's partition, as chosen, is refused.
+	ErrPartitionerOutOfRange error = &partitionerError{}
 )
+
+type partitionerError struct{}
+
+func (*partitionerError) Error() string {
+	return "kepoch: the partitioner returned a partition outside [0, n)"
+}
+
+func (*partitionerError) Unwrap() error { return errors.ErrInvalidArgument }
 
 // Config configures a Sequencer.
 type Config struct {
@@ -389,8 +420,8 @@ func NewSequencer(cfg Config) (*Sequencer, error) {
 		cfg.SoloAfterIdle = DefaultSoloAfterIdle
 	}
 	if cfg.MaxInFlight < 1 || cfg.MaxInFlight > MaxInFlightPerPartition {
-		return nil, fmt.Errorf("kepoch: MaxInFlight %d out of range 1..%d (brokers deduplicate only the last %d batches)",
-			cfg.MaxInFlight, MaxInFlightPerPartition, MaxInFlightPerPartition)
+		return nil, invalidOption("Config.MaxInFlight", fmt.Sprintf("%d is not in [1, %d] (brokers deduplicate only the last %d batches)",
+			cfg.MaxInFlight, MaxInFlightPerPartition, MaxInFlightPerPartition))
 	}
 	return &Sequencer{
 		cfg:      cfg,
@@ -447,7 +478,7 @@ func (s *Sequencer) AssignAt(tp TopicPartition, records int32, now, deadline tim
 		s.clock = now
 	}
 	if records <= 0 {
-		return 0, BatchIdentity{}, fmt.Errorf("kepoch: batch of %d records", records)
+		return 0, BatchIdentity{}, invalidArgument("Sequencer.AssignAt", "records", fmt.Sprintf("%d is not positive", records))
 	}
 	if s.fatal != nil {
 		return 0, BatchIdentity{}, fmt.Errorf("%w: %w", ErrProducerFatal, s.fatal)
@@ -541,10 +572,10 @@ func (s *Sequencer) NextResend(tp TopicPartition) (BatchRef, BatchIdentity, bool
 func (s *Sequencer) Sent(ref BatchRef) error {
 	b := s.batches[ref]
 	if b == nil {
-		return fmt.Errorf("kepoch: unknown batch %d", ref)
+		return invalidArgument("Sequencer.Sent", "ref", fmt.Sprintf("%d is not a batch of the Sequencer", ref))
 	}
 	if rr, _, ok := s.NextResend(b.part.tp); !ok || rr != ref {
-		return fmt.Errorf("kepoch: batch %d is not the partition's next resend", ref)
+		return invalidArgument("Sequencer.Sent", "ref", fmt.Sprintf("%d is not %v's next resend", ref, b.part.tp))
 	}
 	b.outstanding = true
 	b.attempts++
@@ -563,17 +594,17 @@ func (s *Sequencer) Sent(ref BatchRef) error {
 func (s *Sequencer) Split(ref BatchRef, counts []int32) ([]BatchRef, error) {
 	b := s.batches[ref]
 	if b == nil || b.disp != splitting {
-		return nil, fmt.Errorf("kepoch: batch %d is not waiting to be split", ref)
+		return nil, invalidArgument("Sequencer.Split", "ref", fmt.Sprintf("%d is not a batch waiting to be split", ref))
 	}
 	var sum int64
 	for _, c := range counts {
 		if c <= 0 {
-			return nil, fmt.Errorf("kepoch: split count %d", c)
+			return nil, invalidArgument("Sequencer.Split", "counts", fmt.Sprintf("%v holds %d, not positive", counts, c))
 		}
 		sum += int64(c)
 	}
 	if len(counts) < 2 || sum != int64(b.records) {
-		return nil, fmt.Errorf("kepoch: split of %d records into %v", b.records, counts)
+		return nil, invalidArgument("Sequencer.Split", "counts", fmt.Sprintf("%v is not a split of %d records into two batches or more", counts, b.records))
 	}
 	p := b.part
 	at := -1

@@ -180,8 +180,8 @@ func TestProduceUnknownTopicMetadataWait(t *testing.T) {
 }
 
 func TestMetadataWaitValidated(t *testing.T) {
-	if _, err := producer.New(producer.SeedBrokers("127.0.0.1:1"), producer.MetadataWait(0)); err == nil {
-		t.Fatal("New accepted MetadataWait(0)")
+	if _, err := producer.New(producer.SeedBrokers("127.0.0.1:1"), producer.MetadataWait(0)); !errors.Is(err, errors.ErrInvalidOption) {
+		t.Fatalf("New with MetadataWait(0): %v; want ErrInvalidOption", err)
 	}
 }
 

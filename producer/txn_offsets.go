@@ -40,12 +40,28 @@ type OffsetAndEpoch struct {
 // (which stops it as Close does). While
 // CommitTransaction runs it is refused with an error matching ErrTxnState,
 // as Produce is (and as Java refuses it once a commit began).
+// An empty group ID, or an offset with an empty topic or a negative
+// partition or offset, is refused with an error matching
+// errors.ErrInvalidArgument that names it; nothing is sent.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
 	if g.GroupID == "" {
-		return fmt.Errorf("producer: SendOffsetsToTransaction needs a group ID")
+		return invalidArgument("SendOffsetsToTransaction", "g.GroupID", `"" is empty`)
+	}
+	for topic, ps := range offsets {
+		if topic == "" {
+			return invalidArgument("SendOffsetsToTransaction", "offsets", `topic "" is empty`)
+		}
+		for part, o := range ps {
+			switch {
+			case part < 0:
+				return invalidArgument("SendOffsetsToTransaction", "offsets", fmt.Sprintf("%s: partition %d is negative", topic, part))
+			case o.Offset < 0:
+				return invalidArgument("SendOffsetsToTransaction", "offsets", fmt.Sprintf("%s[%d]: offset %d is negative", topic, part, o.Offset))
+			}
+		}
 	}
 	p.mu.Lock()
 	if p.closed {

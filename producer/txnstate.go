@@ -201,10 +201,13 @@ type TxnState struct {
 // NewTxnState returns a TxnState in TxnUninitialized driving seq.
 func NewTxnState(cfg TxnConfig, seq *Sequencer) (*TxnState, error) {
 	if cfg.TransactionalID == "" {
-		return nil, errors.New("kepoch: empty transactional ID")
+		return nil, invalidOption("TxnConfig.TransactionalID", `"" is empty`)
 	}
-	if seq == nil || !seq.cfg.Transactional {
-		return nil, errors.New("kepoch: TxnState needs a transactional Sequencer")
+	if seq == nil {
+		return nil, invalidArgument("NewTxnState", "seq", "nil")
+	}
+	if !seq.cfg.Transactional {
+		return nil, invalidArgument("NewTxnState", "seq", "a Sequencer whose Config is not Transactional")
 	}
 	return &TxnState{cfg: cfg, seq: seq, added: make(map[TopicPartition]bool)}, nil
 }
