@@ -24,7 +24,10 @@ func (systemClock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 	return t.C, t.Stop
 }
 
-// Opt configures a Refresher.
+// Opt configures a Refresher. No value of an option is refused: each
+// option's doc says what its out-of-range values mean (zero or less
+// disables MaxAge, Backoff and RequestTimeout; a negative Confirmations is
+// 0; a nil clock or jitter keeps the default).
 type Opt interface{ apply(*cfg) }
 
 type opt func(*cfg)
@@ -92,9 +95,23 @@ func Confirmations(n int) Opt {
 	})
 }
 
-// WithClock replaces the system clock (for tests).
-func WithClock(clock Clock) Opt { return opt(func(c *cfg) { c.clock = clock }) }
+// WithClock replaces the system clock (for tests). A nil clock keeps the
+// system clock.
+func WithClock(clock Clock) Opt {
+	return opt(func(c *cfg) {
+		if clock != nil {
+			c.clock = clock
+		}
+	})
+}
 
 // WithJitter replaces the source of backoff jitter, a function returning a
-// value in [0, 1) (for tests; default math/rand/v2.Float64).
-func WithJitter(f func() float64) Opt { return opt(func(c *cfg) { c.jitter = f }) }
+// value in [0, 1) (for tests; default math/rand/v2.Float64). A nil f keeps
+// the default.
+func WithJitter(f func() float64) Opt {
+	return opt(func(c *cfg) {
+		if f != nil {
+			c.jitter = f
+		}
+	})
+}

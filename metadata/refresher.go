@@ -305,8 +305,19 @@ func (r *Refresher) Stats() Stats {
 // call. If the topic's ID changes while waiting (the topic was recreated,
 // so minEpoch belongs to the old incarnation), it returns the new partition
 // and an error wrapping ErrTopicIDChanged. It returns ctx's error when ctx
-// ends and ErrClosed when the refresher is closed.
+// ends and ErrClosed when the refresher is closed. An empty topic, a
+// negative partition or a minEpoch below -1 is refused at once with an
+// error matching errors.ErrInvalidArgument that names it (no partition
+// could ever satisfy the wait).
 func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpoch int32) (Partition, error) {
+	switch {
+	case topic == "":
+		return Partition{}, invalidArgument("WaitFor", "topic", `"" is empty`)
+	case partition < 0:
+		return Partition{}, invalidArgument("WaitFor", "partition", fmt.Sprintf("%d of %q is negative", partition, topic))
+	case minEpoch < -1:
+		return Partition{}, invalidArgument("WaitFor", "minEpoch", fmt.Sprintf("%d is below -1 (any epoch)", minEpoch))
+	}
 	var p Partition
 	var id TopicID
 	first := true
@@ -343,8 +354,12 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // it was read at. The topic is watched during the call. It returns ctx's
 // error when ctx ends, ErrClosed when the refresher is closed, and the
 // topic's error when the brokers refuse it for good (not retriable) in an
-// answer to a request sent after the call began.
+// answer to a request sent after the call began. An empty topic is refused
+// at once with an error matching errors.ErrInvalidArgument.
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
+	if topic == "" {
+		return Topic{}, Version{}, invalidArgument("WaitForTopic", "topic", `"" is empty`)
+	}
 	return r.WaitForPartitions(ctx, topic, 1)
 }
 
@@ -354,6 +369,9 @@ func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Vers
 // them. Its refreshes go through the refresher's one goroutine, so they
 // are coalesced with every other trigger and spaced by the backoff.
 func (r *Refresher) WaitForPartitions(ctx context.Context, topic string, n int32) (Topic, Version, error) {
+	if topic == "" {
+		return Topic{}, Version{}, invalidArgument("WaitForPartitions", "topic", `"" is empty`)
+	}
 	n = max(n, 1)
 	var t Topic
 	var v Version
@@ -623,4 +641,11 @@ func (r *Refresher) requestLocked() (*kmsg.MetadataRequest, bool) {
 		req.Topics = append(req.Topics, t)
 	}
 	return req, false
+}
+
+// invalidArgument is a call's error for a refused argument: it names the
+// call and the argument and says what of its value is refused, and matches
+// errors.ErrInvalidArgument.
+func invalidArgument(call, arg, problem string) error {
+	return fmt.Errorf("metadata: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
 }
