@@ -70,7 +70,9 @@ import (
 //     them (a broker lagging behind the deletion, or one that called it
 //     unknown wrongly). While a cached topic's count is under way (1 to
 //     n-1) the state is unsettled, as in rule 5c: the refresher asks again
-//     until the topic is removed or answered again.
+//     until the topic is removed or answered again. A removed topic no
+//     caller watches is kept as a bounded tombstone (compact): its ID and
+//     epoch floors, dropped oldest first beyond the refresher's limit.
 //  9. Epochs from Metadata answers below v9 are not trusted (KAFKA-9212)
 //     and read as -1.
 //
@@ -87,6 +89,8 @@ type state struct {
 	// unsettled: the answer merged into this state named a topic ID that
 	// rule 5c held back.
 	unsettled bool
+	// tombs numbers the tombstones compact makes (the last one given).
+	tombs uint64
 }
 
 type topicState struct {
@@ -100,10 +104,15 @@ type topicState struct {
 	challenger TopicID           // an ID not shown newer than the cached one…
 	challenges int               // …named by this many consecutive answers
 
-	// removed holds the partitions rule 8 removed (of ID), and returns
-	// counts consecutive answers naming ID again below their epochs.
-	removed []Partition
+	// floors holds, per partition, the leader epoch the partitions rule 8
+	// removed (of ID) had, and returns counts consecutive answers naming
+	// ID again below them.
+	floors  []int32
 	returns int
+
+	// tomb is nonzero when the entry is a tombstone (see compact): its
+	// place in the order tombstones were made, oldest first.
+	tomb uint64
 }
 
 // idMove: a broker answered from, then to.
@@ -203,6 +212,7 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		controller: prev.controller,
 		clusterID:  prev.clusterID,
 		topics:     make(map[string]*topicState, len(prev.topics)+len(in.topics)),
+		tombs:      prev.tombs,
 	}
 	for name, t := range prev.topics {
 		next.topics[name] = t
@@ -255,6 +265,67 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		}
 	}
 	return next, events
+}
+
+// compact turns every cached topic that has no partitions (removed by rule
+// 8, or never answered with any) and that wanted (the topics some caller
+// watches) does not name into a tombstone, and drops the oldest tombstones
+// beyond limit (limit < 0: none kept). A tombstone is an ordinary entry
+// without partitions: its topic ID, the epoch floors of its removed
+// partitions, the IDs brokers were seen naming for it and its last error,
+// so that every merge rule still applies to it (a lagging broker's answer
+// naming its ID below the floors is held back, a new ID is judged as for
+// any cached topic), but it is counted and dropped oldest first, so that a
+// client that sees many short-lived topics holds a bounded cache. A
+// dropped tombstone's topic is unknown to the cache: an answer naming it
+// again is adopted as a first sighting. A tombstone named by wanted again
+// is a plain entry again (never dropped). compact never modifies s; it
+// returns s when nothing changes.
+func compact(s *state, wanted func(string) bool, limit int) *state {
+	var change []string // entries whose tombstone mark changes, sorted
+	count := 0
+	for name, t := range s.topics {
+		tomb := len(t.Partitions) == 0 && !wanted(name)
+		if tomb {
+			count++
+		}
+		if tomb != (t.tomb != 0) {
+			change = append(change, name)
+		}
+	}
+	limit = max(limit, 0)
+	if len(change) == 0 && count <= limit {
+		return s
+	}
+	next := *s
+	next.topics = make(map[string]*topicState, len(s.topics))
+	for name, t := range s.topics {
+		next.topics[name] = t
+	}
+	sort.Strings(change)
+	for _, name := range change {
+		c := *next.topics[name]
+		if c.tomb == 0 {
+			next.tombs++
+			c.tomb = next.tombs
+		} else {
+			c.tomb = 0
+		}
+		next.topics[name] = &c
+	}
+	if count > limit {
+		tombs := make([]string, 0, count)
+		for name, t := range next.topics {
+			if t.tomb != 0 {
+				tombs = append(tombs, name)
+			}
+		}
+		sort.Slice(tombs, func(i, j int) bool { return next.topics[tombs[i]].tomb < next.topics[tombs[j]].tomb })
+		for _, name := range tombs[:count-limit] {
+			delete(next.topics, name)
+		}
+	}
+	return &next
 }
 
 func mergeTopic(old *topicState, rt respTopic, n int, broker int32) (*topicState, []Event) {
@@ -372,7 +443,10 @@ func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event
 		gone.Leader, gone.LeaderEpoch = -1, -1
 		events = append(events, event(PartitionRemoved, FromMetadata, p, gone))
 	}
-	nt.removed = nt.Partitions
+	nt.floors = make([]int32, len(nt.Partitions))
+	for i, p := range nt.Partitions {
+		nt.floors[i] = p.LeaderEpoch
+	}
 	nt.Partitions, nt.rewinds = nil, nil
 	return nt, events
 }
@@ -392,12 +466,12 @@ func (t *topicState) removing(n int) bool {
 // the count), because it names the removed partitions' topic ID with a
 // partition below the epoch it had, fewer than n times in a row.
 func (t *topicState) holdReturn(rt respTopic, n int) (bool, *topicState) {
-	if len(t.removed) == 0 || t.ID.IsZero() || rt.id != t.ID {
+	if len(t.floors) == 0 || t.ID.IsZero() || rt.id != t.ID {
 		return false, t
 	}
 	below := false
 	for _, rp := range rt.partitions {
-		if i := int(rp.partition); i >= 0 && i < len(t.removed) && rp.epoch >= 0 && rp.epoch < t.removed[i].LeaderEpoch {
+		if i := int(rp.partition); i >= 0 && i < len(t.floors) && rp.epoch >= 0 && rp.epoch < t.floors[i] {
 			below = true
 		}
 	}

@@ -470,6 +470,7 @@ func deepCopy(s *state) *state {
 		tc.rewinds = slices.Clone(t.rewinds)
 		tc.reported = maps.Clone(t.reported)
 		tc.moves = slices.Clone(t.moves)
+		tc.floors = slices.Clone(t.floors)
 		c.topics[name] = &tc
 	}
 	return &c

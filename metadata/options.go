@@ -42,6 +42,7 @@ type cfg struct {
 	confirmations  int
 	clock          Clock
 	jitter         func() float64
+	tombstones     int // the most tombstones kept (see compact)
 }
 
 func defaultCfg() cfg {
@@ -53,6 +54,7 @@ func defaultCfg() cfg {
 		confirmations:  5,
 		clock:          systemClock{},
 		jitter:         rand.Float64,
+		tombstones:     maxTombstones,
 	}
 }
 
@@ -94,6 +96,14 @@ func Confirmations(n int) Opt {
 		c.confirmations = n
 	})
 }
+
+// maxTombstones is the default bound on the tombstones a refresher keeps:
+// entries of topics removed (or never answered with partitions) that no
+// caller watches, each a topic ID and its partitions' epoch floors.
+const maxTombstones = 4096
+
+// tombstoneLimit sets the bound on tombstones (for tests).
+func tombstoneLimit(n int) Opt { return opt(func(c *cfg) { c.tombstones = n }) }
 
 // WithClock replaces the system clock (for tests). A nil clock keeps the
 // system clock.

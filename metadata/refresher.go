@@ -119,17 +119,21 @@ func (r *Refresher) Close() {
 
 // Watch registers interest in topics: refreshes ask for every watched
 // topic (and only those, unless WatchAll is in effect). Watching a topic
-// the cache does not hold triggers a refresh. Interest is counted: the
-// returned function releases this call's interest (once; later calls do
-// nothing). A released topic stays cached, with its epochs, but is no
-// longer refreshed.
+// the cache holds no partition of triggers a refresh. Interest is counted:
+// the returned function releases this call's interest (once; later calls
+// do nothing). A released topic stays cached, with its epochs, but is no
+// longer refreshed; once it has no partitions (removed after Confirmations
+// answers called it unknown, or never answered with any) and no one
+// watches it, only a bounded tombstone of it is kept (its topic ID and
+// its partitions' epoch floors, so that a lagging broker's answer cannot
+// bring it back or take its epochs back), the oldest dropped first.
 func (r *Refresher) Watch(topics ...string) (unwatch func()) {
 	r.mu.Lock()
 	st := r.cur.Load()
 	missing := false
 	for _, t := range topics {
 		r.interest[t]++
-		if st.topics[t] == nil {
+		if ts := st.topics[t]; ts == nil || len(ts.Partitions) == 0 {
 			missing = true
 		}
 	}
@@ -558,6 +562,9 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 			err = errors.ErrClosed
 		} else {
 			next, events := merge(r.cur.Load(), decoded, r.cfg.confirmations)
+			r.mu.Lock()
+			next = compact(next, r.wantedLocked, r.cfg.tombstones)
+			r.mu.Unlock()
 			r.cur.Store(next)
 			r.dispatch(events)
 			changed, unsettled = len(events) > 0, next.unsettled
@@ -620,6 +627,10 @@ func (r *Refresher) request(ctx context.Context, req kmsg.Request) (kmsg.Respons
 	}
 	return sh.Resp, max(sh.Meta.NodeID, -1), nil
 }
+
+// wantedLocked reports whether a caller watches topic (WatchAll wants
+// whatever topics exist, none in particular). r.mu must be held.
+func (r *Refresher) wantedLocked(topic string) bool { return r.interest[topic] > 0 }
 
 // requestLocked builds the Metadata request for the current interest.
 func (r *Refresher) requestLocked() (*kmsg.MetadataRequest, bool) {
