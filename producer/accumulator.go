@@ -101,6 +101,14 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 		p.parts[tp] = ps
 		p.sinkLocked(ps.leader)
 		p.cachePstateLocked(ps)
+		// Produce's topic lookup watched the topic, but a deleted
+		// topic's state and watch may have been dropped since
+		// (dropGoneLocked): watched again, and gone again if metadata
+		// has no partitions for it now.
+		p.watchLocked(tp.Topic)
+		if _, err := p.meta.Topic(tp.Topic); err != nil {
+			p.gone[tp.Topic] = true
+		}
 	}
 	p.setTopicIDLocked(ps, topicID)
 	return ps

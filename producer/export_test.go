@@ -102,3 +102,29 @@ func MetadataTopicID(p *Producer, topic string) [16]byte {
 	t, _ := p.meta.Topic(topic)
 	return t.ID
 }
+
+// TopicStateSizes is how many entries p keeps per topic or partition: its
+// partition states ("parts"), their index by topic ("byTopic"), its watches
+// ("watching"), the topics it is to drop ("gone"), the default
+// partitioner's sticky choices ("sticky"), the Sequencer's partitions
+// ("sequencer") and the ack ledger's ("ledger").
+func TopicStateSizes(p *Producer) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{
+		"parts": len(p.parts), "byTopic": len(p.byTopic), "watching": len(p.watching), "gone": len(p.gone),
+		"ledger": len(p.ledger.parts),
+	}
+	n := 0
+	p.watched.Range(func(any, any) bool { n++; return true })
+	out["watched"] = n
+	if sp, ok := p.part.(*stickyKeyPartitioner); ok {
+		sp.mu.Lock()
+		out["sticky"] = len(sp.sticky)
+		sp.mu.Unlock()
+	}
+	if p.seq != nil {
+		out["sequencer"] = len(p.seq.parts)
+	}
+	return out
+}

@@ -258,6 +258,11 @@ func (p *Producer) metadataLoop() {
 				// since would be.
 				p.ledger.Forget(tp)
 			}
+			if ev.Kind == metadata.PartitionRemoved && p.byTopic[ev.Topic] != nil {
+				if _, err := p.meta.Topic(ev.Topic); err != nil {
+					p.gone[ev.Topic] = true // the topic, not only this partition
+				}
+			}
 			if ps == nil {
 				continue
 			}
@@ -283,6 +288,7 @@ func (p *Producer) metadataLoop() {
 				}
 			}
 		}
+		p.dropGoneLocked()
 		p.mu.Unlock()
 	}
 }
@@ -340,6 +346,7 @@ func (p *Producer) expireLoop() {
 				// (never sent, so no sequence was disturbed).
 				p.txnStepLocked(p.txn.HandleProduce(Decision{Abortable: &AbortableError{Err: ErrDeliveryTimeout}}))
 			}
+			p.dropGoneLocked() // what expired may have been all a deleted topic had left
 			p.wakeSinksLocked()
 			p.mu.Unlock()
 		}

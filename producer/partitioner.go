@@ -75,6 +75,18 @@ func pick(topic string, n int32, available func(string, int32) bool) int32 {
 	return start
 }
 
+// topicForgetter is a Partitioner that keeps state per topic and can drop
+// a topic's (the producer calls it when it drops a deleted topic's state).
+type topicForgetter interface {
+	forgetTopic(topic string)
+}
+
+func (p *stickyKeyPartitioner) forgetTopic(topic string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.sticky, topic)
+}
+
 func (p *stickyKeyPartitioner) BatchClosed(topic string, partition int32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -118,6 +118,7 @@ type Producer struct {
 	sinkByID     atomic.Pointer[map[int32]*sink] // a copy of sinks, for the write hook
 	watching     map[string]func()
 	watched      sync.Map                   // topic names in watching, read without the lock by Produce
+	gone         map[string]bool            // topics metadata removed: their state is dropped once idle (dropGoneLocked)
 	lastShape    atomic.Pointer[topicShape] // Produce's topic lookup fast path
 	clock        clock                      // record timestamps
 	buffered     int                        // bytes of records not yet finished
@@ -234,6 +235,7 @@ func New(opts ...Opt) (*Producer, error) {
 	p.sinks = map[int32]*sink{}
 	p.sinkByID.Store(&map[int32]*sink{})
 	p.watching = map[string]func(){}
+	p.gone = map[string]bool{}
 	p.spaceWake = make(chan struct{})
 	p.pidWake = make(chan struct{}, 1)
 	p.ledgerW = make(chan struct{}, 1)
@@ -661,10 +663,7 @@ func (p *Producer) topic(ctx context.Context, name string, need int32) (int32, [
 	}
 	if _, ok := p.watched.Load(name); !ok {
 		p.mu.Lock()
-		if _, ok := p.watching[name]; !ok && !p.closed {
-			p.watching[name] = p.meta.Watch(name)
-			p.watched.Store(name, struct{}{})
-		}
+		p.watchLocked(name)
 		p.mu.Unlock()
 	}
 	t, v, err := p.meta.TopicAt(name)
@@ -694,6 +693,70 @@ func (p *Producer) topic(ctx context.Context, name string, need int32) (int32, [
 		p.lastShape.Store(&topicShape{name: name, version: v, partitions: int32(len(t.Partitions)), id: t.ID})
 	}
 	return int32(len(t.Partitions)), t.ID, nil
+}
+
+// watchLocked makes the producer watch topic, if it does not already: until
+// Close, or until the topic is deleted and its state dropped
+// (dropGoneLocked).
+func (p *Producer) watchLocked(name string) {
+	if _, ok := p.watching[name]; !ok && !p.closed {
+		p.watching[name] = p.meta.Watch(name)
+		p.watched.Store(name, struct{}{})
+	}
+}
+
+// dropGoneLocked drops what the producer keeps of each topic metadata
+// removed (p.gone) once nothing of it is left to send or report: its
+// partition states, their sequences (Sequencer.Forget) and ack ledgers,
+// the partitioner's entry, and its watch, so that the refresher, which a
+// deleted topic no one watches is only a small tombstone to, and the
+// producer stay bounded when many topics are created and deleted. A
+// topic metadata holds partitions of again is no longer gone. Records
+// taken for a removed topic still fail as before (at their delivery
+// timeout); its state goes once they are reported. Producing to the topic
+// again watches it again and waits for its partitions as for a new topic.
+func (p *Producer) dropGoneLocked() {
+	for name := range p.gone {
+		if _, err := p.meta.Topic(name); err == nil {
+			delete(p.gone, name) // back: recreated, or its removal was wrong
+			continue
+		}
+		var tps []TopicPartition
+		idle := true
+		for _, ps := range p.byTopic[name] {
+			if ps == nil {
+				continue
+			}
+			if ps.open != nil || len(ps.queue) > 0 || ps.inflight != nil || len(ps.order) > 0 {
+				idle = false
+				break
+			}
+			tps = append(tps, ps.tp)
+		}
+		if !idle || (p.seq != nil && !p.seq.Forget(tps...)) {
+			continue
+		}
+		for _, tp := range tps {
+			delete(p.parts, tp)
+			p.ledger.Forget(tp)
+		}
+		delete(p.byTopic, name)
+		if p.lastTopic == name {
+			p.lastTopic, p.lastParts = "", nil
+		}
+		if sh := p.lastShape.Load(); sh != nil && sh.name == name {
+			p.lastShape.CompareAndSwap(sh, nil)
+		}
+		if unwatch, ok := p.watching[name]; ok {
+			unwatch()
+			delete(p.watching, name)
+		}
+		p.watched.Delete(name)
+		if f, ok := p.part.(topicForgetter); ok {
+			f.forgetTopic(name)
+		}
+		delete(p.gone, name)
+	}
 }
 
 // errMetadataWait is the cause of a topic wait cut by MetadataWait.

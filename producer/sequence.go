@@ -8,6 +8,7 @@ package producer
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/kepoch/kepoch/errors"
@@ -727,6 +728,29 @@ func (s *Sequencer) Partition(tp TopicPartition) (PartitionState, bool) {
 		}
 	}
 	return st, true
+}
+
+// Forget drops the sequence state of the partitions tps, all of them or
+// none: it reports false, and forgets nothing, while any of them has a
+// batch in flight (on the wire, to be resent or failed holding sequences)
+// or a rewrite or new identity pending. For partitions whose topic is
+// gone: a partition forgotten and used again starts at sequence 0 under
+// the current identity, which is what a new incarnation of the topic
+// accepts (a topic that was not in fact gone refuses it as out of order,
+// and the partition recovers as from any such refusal, with a PossibleGap).
+func (s *Sequencer) Forget(tps ...TopicPartition) bool {
+	for _, tp := range tps {
+		if p := s.parts[tp]; p != nil && (len(p.inflight) > 0 || p.rewrite || p.needNewIdentity || p.newPID) {
+			return false
+		}
+	}
+	for _, tp := range tps {
+		if p := s.parts[tp]; p != nil {
+			delete(s.parts, tp)
+			s.order = slices.DeleteFunc(s.order, func(x *partition) bool { return x == p })
+		}
+	}
+	return true
 }
 
 // AwaitingProducerID reports whether the Sequencer asked for a new producer

@@ -1,0 +1,100 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/producer"
+)
+
+// adminTopic creates (one partition) or deletes the named topic and wants no
+// error.
+func adminTopic(t *testing.T, c *kfake.Cluster, name string, create bool) {
+	t.Helper()
+	cl := oracle(t, c)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !create {
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		dt := kmsg.NewDeleteTopicsRequestTopic()
+		dt.Topic = kmsg.StringPtr(name)
+		del.TopicNames, del.Topics = []string{name}, append(del.Topics, dt)
+		resp, err := del.RequestWith(ctx, cl)
+		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+			t.Fatalf("DeleteTopics %s: %+v, %v", name, resp, err)
+		}
+		return
+	}
+	cr := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = name, 1, 1
+	cr.Topics = append(cr.Topics, ct)
+	resp, err := cr.RequestWith(ctx, cl)
+	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics %s: %+v, %v", name, resp, err)
+	}
+}
+
+// A producer writing to many short-lived topics keeps nothing of a deleted
+// one once metadata confirmed its removal and its records are reported:
+// no partition state, sequences, ledger, partitioner entry or watch (so the
+// shared refresher keeps only a tombstone of it). Producing to a topic of
+// the same name created again works, from sequence 0, with no bump.
+func TestDeletedTopicsStateDropped(t *testing.T) {
+	c := newCluster(t, 1)
+	p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+	ctx := testCtx(t, 30*time.Second)
+	const n = 20
+	name := func(i int) string { return fmt.Sprintf("short-lived-%d", i) }
+	for i := range n {
+		adminTopic(t, c, name(i), true)
+	}
+	for i := range n {
+		if _, err := p.ProduceSync(ctx, &producer.Record{Topic: name(i), Value: []byte("a")}, &producer.Record{Topic: name(i), Key: []byte("k"), Value: []byte("b")}); err != nil {
+			t.Fatalf("produce to %s: %v", name(i), err)
+		}
+	}
+	if got := producer.TopicStateSizes(p); got["parts"] != n || got["watching"] != n || got["sequencer"] != n {
+		t.Fatalf("after producing to %d topics: %v", n, got)
+	}
+	for i := range n {
+		adminTopic(t, c, name(i), false)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		sizes, left := producer.TopicStateSizes(p), false
+		for _, v := range sizes {
+			left = left || v != 0
+		}
+		if !left {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after deleting the %d topics the producer keeps %v", n, sizes)
+		}
+	}
+
+	adminTopic(t, c, name(0), true)
+	res, err := p.ProduceSync(ctx, &producer.Record{Topic: name(0), Value: []byte("again")})
+	if err != nil {
+		t.Fatalf("produce to %s created again: %v", name(0), err)
+	}
+	if res[0].Offset != 0 {
+		t.Fatalf("record to the recreated topic at offset %d, want 0", res[0].Offset)
+	}
+	if got := producer.TopicStateSizes(p); got["parts"] != 1 || got["watching"] != 1 {
+		t.Fatalf("after producing to the recreated topic: %v", got)
+	}
+	if p.Bumps() != 0 {
+		t.Fatalf("%d bumps", p.Bumps())
+	}
+	if os := rec.Outcomes(); len(os) != 0 {
+		t.Fatalf("outcomes %s", kinds(os))
+	}
+	wantNoLost(t, rec)
+}
