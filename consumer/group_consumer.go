@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -396,19 +395,29 @@ func (g *group) topicNames(ctx context.Context, ids [][16]byte) map[[16]byte]str
 	// A name may have two IDs here while its topic is recreated (the
 	// assignment's and metadata's): the member's partitions of it are
 	// reported under the one the assignment names, as the coordinator
-	// knows them.
+	// knows them. The member keeps only the names of the assignment's
+	// IDs, and the IDs it knew for topics it still owns (being revoked:
+	// reported under those until released): what it learned of other
+	// topics (an all-topics answer names every topic of the cluster)
+	// would grow with every topic the cluster ever had.
 	g.mu.Lock()
-	for id, n := range out {
-		g.nameOf[id] = n
-		if !slices.Contains(ids, id) {
-			g.idOf[n] = id
+	owned := map[string]bool{}
+	for tp := range g.owned {
+		owned[tp.Topic] = true
+	}
+	nameOf := make(map[[16]byte]string, len(ids))
+	idOf := make(map[string][16]byte, len(ids))
+	for n, id := range g.idOf {
+		if owned[n] {
+			idOf[n], nameOf[id] = id, n
 		}
 	}
 	for _, id := range ids {
 		if n, ok := out[id]; ok {
-			g.idOf[n] = id
+			idOf[n], nameOf[id] = id, n
 		}
 	}
+	g.nameOf, g.idOf = nameOf, idOf
 	g.mu.Unlock()
 	return out
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,5 +53,65 @@ func TestTopicNamesKeepTheAssignmentsID(t *testing.T) {
 		if got := g.topicID("t"); got != old {
 			t.Fatalf("round %d: the heartbeat names t by %x, metadata's ID (%x), not the assignment's %x", i, got, now, old)
 		}
+	}
+}
+
+// TestTopicNamesKeepOnlyTheAssignments: resolving an assignment's topic
+// IDs with an all-topics Metadata request learned the name of every topic
+// of the cluster, and every ID resolved was kept for good: a member of a
+// cluster whose topics come and go (a regex subscription over short-lived
+// topics) grew its maps with each. Only the assignment's IDs are kept, and
+// those of topics the member still owns.
+func TestTopicNamesKeepOnlyTheAssignments(t *testing.T) {
+	others := make([]string, 20)
+	for i := range others {
+		others[i] = fmt.Sprintf("other-%d", i)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, append([]string{"t", "u"}, others...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := New(SeedBrokers(c.ListenAddrs()...), Group("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close(ctx)
+	g := cons.grp
+	tid, uid := c.TopicInfo("t").TopicID, c.TopicInfo("u").TopicID
+	sizes := func() (int, int) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.nameOf), len(g.idOf)
+	}
+	// Nothing learned yet: the names come from an all-topics answer.
+	if names := g.topicNames(ctx, [][16]byte{tid}); names[tid] != "t" {
+		t.Fatalf("names %v", names)
+	}
+	if n, i := sizes(); n != 1 || i != 1 {
+		t.Fatalf("after resolving one ID the member keeps %d names and %d IDs, want 1 and 1", n, i)
+	}
+	// t still owned (being revoked) when the assignment moves to u.
+	g.mu.Lock()
+	g.owned = tpSet{}
+	g.owned.add(TopicPartition{"t", 0})
+	g.mu.Unlock()
+	if names := g.topicNames(ctx, [][16]byte{uid}); names[uid] != "u" {
+		t.Fatalf("names %v", names)
+	}
+	if got := g.topicID("t"); got != tid {
+		t.Fatalf("owned t is named %x, want %x", got, tid)
+	}
+	if n, i := sizes(); n != 2 || i != 2 {
+		t.Fatalf("with t owned and u assigned the member keeps %d names and %d IDs, want 2 and 2", n, i)
+	}
+	g.mu.Lock()
+	g.owned = tpSet{}
+	g.mu.Unlock()
+	g.topicNames(ctx, [][16]byte{uid})
+	if n, i := sizes(); n != 1 || i != 1 {
+		t.Fatalf("after t was released the member keeps %d names and %d IDs, want 1 and 1", n, i)
 	}
 }
