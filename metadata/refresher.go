@@ -121,12 +121,14 @@ func (r *Refresher) Close() {
 // topic (and only those, unless WatchAll is in effect). Watching a topic
 // the cache holds no partition of triggers a refresh. Interest is counted:
 // the returned function releases this call's interest (once; later calls
-// do nothing). A released topic stays cached, with its epochs, but is no
-// longer refreshed; once it has no partitions (removed after Confirmations
-// answers called it unknown, or never answered with any) and no one
-// watches it, only a bounded tombstone of it is kept (its topic ID and
-// its partitions' epoch floors, so that a lagging broker's answer cannot
-// bring it back or take its epochs back), the oldest dropped first.
+// do nothing). A released topic stays cached, with its epochs, and is
+// asked about only by the periodic refresh (MaxAge), so that its deletion
+// is found, and while its removal is under way; once it has no partitions
+// (removed after Confirmations answers called it unknown, or never
+// answered with any) and no one watches it, only a bounded tombstone of
+// it is kept (its topic ID and its partitions' epoch floors, so that a
+// lagging broker's answer cannot bring it back or take its epochs back),
+// the oldest dropped first.
 func (r *Refresher) Watch(topics ...string) (unwatch func()) {
 	r.mu.Lock()
 	st := r.cur.Load()
@@ -530,7 +532,7 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	}
 	waiters := r.waiters
 	r.waiters = nil
-	req, all := r.requestLocked()
+	req, all := r.requestLocked(reasons)
 	r.stats.RoundTrips++
 	trip := r.stats.RoundTrips
 	r.mu.Unlock()
@@ -632,8 +634,14 @@ func (r *Refresher) request(ctx context.Context, req kmsg.Request) (kmsg.Respons
 // whatever topics exist, none in particular). r.mu must be held.
 func (r *Refresher) wantedLocked(topic string) bool { return r.interest[topic] > 0 }
 
-// requestLocked builds the Metadata request for the current interest.
-func (r *Refresher) requestLocked() (*kmsg.MetadataRequest, bool) {
+// requestLocked builds the Metadata request for the current interest, and
+// for the cached topics no one watches that are not settled yet: one whose
+// removal is under way (merge rule 8) is asked about until it is removed
+// or answered again, and the periodic refresh (reasons ReasonMaxAge) asks
+// about every one that has partitions cached. A topic released while it
+// existed and deleted since would otherwise keep its partitions cached for
+// good; so it is found gone within MaxAge and kept as a tombstone only.
+func (r *Refresher) requestLocked(reasons Reason) (*kmsg.MetadataRequest, bool) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.AllowAutoTopicCreation = false
 	if r.all > 0 {
@@ -643,6 +651,11 @@ func (r *Refresher) requestLocked() (*kmsg.MetadataRequest, bool) {
 	names := make([]string, 0, len(r.interest))
 	for t := range r.interest {
 		names = append(names, t)
+	}
+	for t, ts := range r.cur.Load().topics {
+		if r.interest[t] == 0 && (ts.removing(r.cfg.confirmations) || (reasons&ReasonMaxAge != 0 && len(ts.Partitions) > 0)) {
+			names = append(names, t)
+		}
 	}
 	sort.Strings(names)
 	req.Topics = make([]kmsg.MetadataRequestTopic, 0, len(names)) // empty, not nil: brokers only

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/kepoch/kepoch/errors"
 )
@@ -261,4 +262,47 @@ func TestRefresherWatchRemovedTopic(t *testing.T) {
 	defer r.Watch("t")()
 	fc.waitCalls(t, n+1) // watched again: asked about at once
 	waitFor(t, func() bool { tp, err := r.Topic("t"); return err == nil && tp.ID == id(2) })
+}
+
+// A topic released while it existed and deleted afterwards (a regex
+// subscription that stops watching a topic once its own listing lacks it,
+// a consumer whose partitions of it were revoked) is asked about by the
+// periodic refresh, not by other round trips, and asked again until its
+// removal is confirmed: then only a tombstone of it is kept. Without that
+// it kept its partitions cached for good.
+func TestRefresherReleasedTopicFoundGone(t *testing.T) {
+	r, fc, clock := newTestRefresher(t, Backoff(0, 0), Confirmations(3), MaxAge(time.Minute))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 4})
+	fc.set("w", id(2), fakePartition{leader: 1, epoch: 0})
+	defer r.Watch("w")()
+	unwatch := r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	unwatch()
+	fc.remove("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	last := func() fakeCall { return fc.call(fc.callCount() - 1) }
+	if got := last().topics; !slices.Equal(got, []string{"w"}) {
+		t.Fatalf("a triggered round trip asked for %v, want only the watched topic", got)
+	}
+	n := fc.callCount()
+	clock.Advance(time.Minute)
+	fc.waitCalls(t, n+3) // the periodic refresh, then until removed
+	waitFor(t, func() bool { ts := r.cur.Load().topics["t"]; return ts != nil && ts.tomb != 0 })
+	for i := n; i < n+3; i++ {
+		if got := fc.call(i).topics; !slices.Equal(got, []string{"t", "w"}) {
+			t.Fatalf("round trip %d after the release asked for %v, want [t w]", i-n, got)
+		}
+	}
+	if ts := r.cur.Load().topics["t"]; !slices.Equal(ts.floors, []int32{4}) || ts.ID != id(1) {
+		t.Fatalf("tombstone %+v, want ID 1 with floor 4", ts)
+	}
+	clock.Advance(time.Minute)
+	fc.waitCalls(t, n+4)
+	if got := fc.call(n + 3).topics; !slices.Equal(got, []string{"w"}) {
+		t.Fatalf("the next periodic refresh asked for %v, want [w]: a tombstone is not asked about", got)
+	}
 }
