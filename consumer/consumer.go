@@ -326,6 +326,9 @@ func startProblem(s Start) string {
 		if s.Offset < 0 {
 			return fmt.Sprintf("offset %d is negative", s.Offset)
 		}
+		if s.Epoch < seek.NoEpoch {
+			return fmt.Sprintf("epoch %d is below -1 (no epoch)", s.Epoch)
+		}
 	case seek.StartTimestamp:
 		if s.Timestamp < 0 {
 			// ListOffsets reads negative timestamps as -1 latest, -2
@@ -428,6 +431,9 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
 	if om.Offset < 0 {
 		return Position{}, invalidArgument("SeekToNearest", "om", fmt.Sprintf("offset %d is negative", om.Offset))
+	}
+	if om.LeaderEpoch < seek.NoEpoch {
+		return Position{}, invalidArgument("SeekToNearest", "om", fmt.Sprintf("leader epoch %d is below -1 (no epoch)", om.LeaderEpoch))
 	}
 	c.mu.Lock()
 	p, err := c.part(topic, partition)

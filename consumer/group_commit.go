@@ -414,6 +414,8 @@ func commitProblem(tp TopicPartition, om OffsetAndMetadata) string {
 		return fmt.Sprintf("partition %d is negative", tp.Partition)
 	case om.Offset < 0:
 		return fmt.Sprintf("offset %d is negative", om.Offset)
+	case om.LeaderEpoch < seek.NoEpoch:
+		return fmt.Sprintf("leader epoch %d is below -1 (no epoch)", om.LeaderEpoch)
 	}
 	return ""
 }

@@ -139,6 +139,11 @@ func TestMisuseTyped(t *testing.T) {
 		{"SeekTo negative offset", func() error { return cons.SeekTo(topic, 0, consumer.At(-5)) }, []string{"SeekTo", "argument start", "offset -5"}},
 		{"SeekTo negative timestamp", func() error { return cons.SeekTo(topic, 0, consumer.AtTimestamp(-3)) }, []string{"SeekTo", "timestamp -3"}},
 		{"SeekTo no start", func() error { return cons.SeekTo(topic, 0, consumer.Start{}) }, []string{"SeekTo", "kind 0"}},
+		{"Assign epoch below -1", assign(consumer.Assignment{Topic: topic, Partition: 1, Start: consumer.AtEpoch(5, -2)}), []string{"#1 Start", "epoch -2"}},
+		{"SeekToNearest epoch below -1", func() error {
+			_, err := cons.SeekToNearest(ctx, topic, 0, consumer.OffsetAndMetadata{Offset: 3, LeaderEpoch: -3})
+			return err
+		}, []string{"SeekToNearest", "argument om", "leader epoch -3"}},
 		{"SeekToNearest negative offset", func() error {
 			_, err := cons.SeekToNearest(ctx, topic, 0, consumer.OffsetAndMetadata{Offset: -1, LeaderEpoch: 2})
 			return err
@@ -166,8 +171,9 @@ func TestMisuseTyped(t *testing.T) {
 		{Topic: "", Partition: 0}:     {Offset: 1, LeaderEpoch: 0},
 		{Topic: topic, Partition: -2}: {Offset: 1, LeaderEpoch: 0},
 		{Topic: topic, Partition: 1}:  {Offset: -7, LeaderEpoch: 0},
+		{Topic: topic, Partition: 2}:  {Offset: 4, LeaderEpoch: -5},
 	}
-	wantProblems := map[int32]string{0: `topic ""`, -2: "partition -2", 1: "offset -7"}
+	wantProblems := map[int32]string{0: `topic ""`, -2: "partition -2", 1: "offset -7", 2: "leader epoch -5"}
 	check := func(what string, err error) {
 		pes := partitionErrs(t, err, errors.ErrInvalidArgument)
 		if len(pes) != len(bad) {

@@ -52,6 +52,7 @@ func TestOptionsValidated(t *testing.T) {
 		{"MaxInFlight", "6 ", []producer.Opt{seeds, producer.MaxInFlight(6)}},
 		{"MetadataMaxAge", "10ms", []producer.Opt{seeds, producer.MetadataMaxAge(10 * time.Millisecond)}},
 		{"MetadataWait", "0s", []producer.Opt{seeds, producer.MetadataWait(0)}},
+		{"AckLedgerRanges", "0 is not positive", []producer.Opt{seeds, producer.AckLedgerRanges(0)}},
 		{"TransactionTimeout", "500ms", []producer.Opt{seeds, producer.TransactionalID("tx"), producer.TransactionTimeout(500 * time.Millisecond)}},
 	} {
 		p, err := producer.New(tc.opts...)

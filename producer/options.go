@@ -118,6 +118,8 @@ func (c *cfg) validate() error {
 		return invalidOption("MetadataWait", fmt.Sprintf("%v is not positive", c.metaWait))
 	case c.txnTimeout < time.Second:
 		return invalidOption("TransactionTimeout", fmt.Sprintf("%v is less than 1s", c.txnTimeout))
+	case c.ledgerRanges < 1:
+		return invalidOption("AckLedgerRanges", fmt.Sprintf("%d is not positive", c.ledgerRanges))
 	}
 	if c.levelSet {
 		if _, err := compress.NewCompressor(compress.WithLevel(c.codec, c.level)); err != nil {
@@ -269,7 +271,7 @@ func MaxInFlight(n int) Opt { return optFunc(func(c *cfg) { c.maxInFlight = n })
 func WithPartitioner(p Partitioner) Opt { return optFunc(func(c *cfg) { c.partitioner = p }) }
 
 // AckLedgerRanges bounds the acknowledged ranges remembered per partition
-// for acked-write loss detection (default 1024). Past it the oldest ranges
+// for acked-write loss detection (default 1024; n must be positive). Past it the oldest ranges
 // are dropped; a loss that later reaches the oldest range still held
 // reports the dropped offsets to OnAckedWritesLost once, Unconfirmed and
 // Untracked (they may be gone too; the producer can no longer tell).
