@@ -138,6 +138,12 @@ func (p *Producer) setTopicIDLocked(ps *pstate, id [16]byte) {
 	old := ps.topicID
 	ps.topicID = id
 	if old == ([16]byte{}) {
+		if p.seq != nil {
+			// A partition of a topic dropped as deleted
+			// (dropGoneLocked) continues its sequences if the
+			// topic is the same incarnation after all.
+			p.seq.Revive(ps.tp, id)
+		}
 		return
 	}
 	// The ack ledger's ranges are the deleted incarnation's offsets and

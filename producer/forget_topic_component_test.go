@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +90,68 @@ func TestDeletedTopicsStateDropped(t *testing.T) {
 	}
 	if got := producer.TopicStateSizes(p); got["parts"] != 1 || got["watching"] != 1 {
 		t.Fatalf("after producing to the recreated topic: %v", got)
+	}
+	if p.Bumps() != 0 {
+		t.Fatalf("%d bumps", p.Bumps())
+	}
+	if os := rec.Outcomes(); len(os) != 0 {
+		t.Fatalf("outcomes %s", kinds(os))
+	}
+	wantNoLost(t, rec)
+}
+
+// A topic metadata wrongly calls removed (answers naming it unknown, long
+// enough for the producer to drop it) that comes back under the same topic
+// ID continues its sequences: starting again at sequence 0 would be
+// refused as out of order and reported as a possible gap, with a bump.
+func TestGoneTopicBackUnderSameIDContinuesSequences(t *testing.T) {
+	c := newCluster(t, 1)
+	p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+	ctx := testCtx(t, 30*time.Second)
+	const topic = "comes-back"
+	adminTopic(t, c, topic, true)
+	for i := range 3 {
+		if _, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: fmt.Appendf(nil, "v%d", i)}); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+
+	// An answer calling a topic unknown, renamed to ours.
+	cl := oracle(t, c)
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr("never-created")
+	req.Topics = append(req.Topics, rt)
+	unknown, err := req.RequestWith(ctx, cl)
+	cl.Close()
+	if err != nil || len(unknown.Topics) != 1 || unknown.Topics[0].ErrorCode == 0 {
+		t.Fatalf("metadata for a missing topic: %+v, %v", unknown, err)
+	}
+	unknown.Topics[0].Topic = kmsg.StringPtr(topic)
+	var hide atomic.Bool
+	hide.Store(true)
+	c.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !hide.Load() {
+			return nil, nil, false
+		}
+		resp := *unknown
+		resp.Version = kr.GetVersion()
+		return &resp, nil, true
+	})
+	for deadline := time.Now().Add(20 * time.Second); producer.TopicStateSizes(p)["parts"] != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer never dropped the topic metadata calls unknown: %v", producer.TopicStateSizes(p))
+		}
+	}
+	hide.Store(false)
+
+	res, err := p.ProduceSync(ctx, &producer.Record{Topic: topic, Value: []byte("back")})
+	if err != nil {
+		t.Fatalf("produce after the topic came back: %v", err)
+	}
+	if res[0].Offset != 3 {
+		t.Fatalf("record after the topic came back at offset %d, want 3", res[0].Offset)
 	}
 	if p.Bumps() != 0 {
 		t.Fatalf("%d bumps", p.Bumps())

@@ -707,14 +707,23 @@ func (p *Producer) watchLocked(name string) {
 
 // dropGoneLocked drops what the producer keeps of each topic metadata
 // removed (p.gone) once nothing of it is left to send or report: its
-// partition states, their sequences (Sequencer.Forget) and ack ledgers,
-// the partitioner's entry, and its watch, so that the refresher, which a
+// partition states, their sequences (Sequencer.Forget, which keeps a
+// compact copy of them under the topic's ID) and ack ledgers, the
+// partitioner's entry, and its watch, so that the refresher, which a
 // deleted topic no one watches is only a small tombstone to, and the
 // producer stay bounded when many topics are created and deleted. A
 // topic metadata holds partitions of again is no longer gone. Records
 // taken for a removed topic still fail as before (at their delivery
 // timeout); its state goes once they are reported. Producing to the topic
-// again watches it again and waits for its partitions as for a new topic.
+// again watches it again and waits for its partitions as for a new topic;
+// under the same topic ID (metadata called it removed wrongly) its
+// partitions continue their sequences (Sequencer.Revive, from
+// setTopicIDLocked): restarted at 0 under the same producer identity, a
+// batch whose sequences matched one of the partition's last five would be
+// taken by the broker for a duplicate and acknowledged at the old
+// batch's offset without being written. Beyond
+// MaxForgottenPartitions remembered partitions the oldest copies go, and
+// with them that protection for their topics.
 func (p *Producer) dropGoneLocked() {
 	for name := range p.gone {
 		if _, err := p.meta.Topic(name); err == nil {
@@ -722,6 +731,7 @@ func (p *Producer) dropGoneLocked() {
 			continue
 		}
 		var tps []TopicPartition
+		var topicID [16]byte
 		idle := true
 		for _, ps := range p.byTopic[name] {
 			if ps == nil {
@@ -732,8 +742,9 @@ func (p *Producer) dropGoneLocked() {
 				break
 			}
 			tps = append(tps, ps.tp)
+			topicID = ps.topicID
 		}
-		if !idle || (p.seq != nil && !p.seq.Forget(tps...)) {
+		if !idle || (p.seq != nil && !p.seq.Forget(topicID, tps...)) {
 			continue
 		}
 		for _, tp := range tps {

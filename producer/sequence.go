@@ -409,6 +409,13 @@ type Sequencer struct {
 	sends      uint64    // sends so far (AssignAt and Sent): numbers them
 	clock      time.Time // latest time given (AssignAt, Expire)
 	assigned   uint64    // batches assigned so far
+	// forgot holds the sequences of partitions Forget dropped, until
+	// Revive or until more than maxForgotten (default
+	// MaxForgottenPartitions) are kept; forgotOrder is their order, oldest
+	// first (with entries already removed, compacted by trimForgotten).
+	forgot       map[TopicPartition]forgotten
+	forgotOrder  []TopicPartition
+	maxForgotten int
 }
 
 // NewSequencer returns a Sequencer without a producer identity; call
@@ -446,6 +453,7 @@ func (s *Sequencer) Fatal() error { return s.fatal }
 func (s *Sequencer) partition(tp TopicPartition) *partition {
 	p := s.parts[tp]
 	if p == nil {
+		delete(s.forgot, tp) // used again without Revive: starts at 0
 		p = &partition{tp: tp, owner: s.producer, lastAckedSeq: -1, latestAckedSeq: -1, lastAckedOffset: -1}
 		s.parts[tp] = p
 		s.order = append(s.order, p)
@@ -730,27 +738,104 @@ func (s *Sequencer) Partition(tp TopicPartition) (PartitionState, bool) {
 	return st, true
 }
 
-// Forget drops the sequence state of the partitions tps, all of them or
-// none: it reports false, and forgets nothing, while any of them has a
-// batch in flight (on the wire, to be resent or failed holding sequences)
-// or a rewrite or new identity pending. For partitions whose topic is
-// gone: a partition forgotten and used again starts at sequence 0 under
-// the current identity, which is what a new incarnation of the topic
-// accepts (a topic that was not in fact gone refuses it as out of order,
-// and the partition recovers as from any such refusal, with a PossibleGap).
-func (s *Sequencer) Forget(tps ...TopicPartition) bool {
+// MaxForgottenPartitions bounds the partitions whose sequences a Sequencer
+// keeps after Forget; beyond it the oldest forgotten are dropped for good.
+const MaxForgottenPartitions = 1 << 16
+
+// forgotten is what Forget keeps of a partition: enough to continue its
+// sequences if its topic turns out not to be gone (Revive with the same
+// topic ID), about a quarter of a partition's full state.
+type forgotten struct {
+	topicID         [16]byte
+	owner           ProducerID
+	nextSeq         int32
+	lastAckedSeq    int32
+	latestAckedSeq  int32
+	lastAckedOffset int64
+	lastAckedSend   uint64
+	lastAppend      time.Time
+	inc             uint64
+	byTopicID       bool
+}
+
+// Forget drops the sequence state of the partitions tps of the topic whose
+// ID is topicID, all of them or none: it reports false, and forgets
+// nothing, while any of them has a batch in flight (on the wire, to be
+// resent or failed holding sequences) or a rewrite or new identity pending.
+// It is for partitions whose topic metadata says is gone. Their sequences
+// are still remembered, compactly and up to MaxForgottenPartitions (the
+// oldest dropped first): if the topic is used again, Revive with its topic
+// ID continues them when the ID is the same (the topic was not gone after
+// all: starting again at sequence 0 would be refused as out of order and
+// read as a possible gap) and drops them when it differs (a new
+// incarnation holds no producer state: it starts at 0). A forgotten
+// partition assigned a batch without Revive starts at 0.
+func (s *Sequencer) Forget(topicID [16]byte, tps ...TopicPartition) bool {
 	for _, tp := range tps {
 		if p := s.parts[tp]; p != nil && (len(p.inflight) > 0 || p.rewrite || p.needNewIdentity || p.newPID) {
 			return false
 		}
 	}
 	for _, tp := range tps {
-		if p := s.parts[tp]; p != nil {
-			delete(s.parts, tp)
-			s.order = slices.DeleteFunc(s.order, func(x *partition) bool { return x == p })
+		p := s.parts[tp]
+		if p == nil {
+			continue
 		}
+		delete(s.parts, tp)
+		s.order = slices.DeleteFunc(s.order, func(x *partition) bool { return x == p })
+		if s.forgot == nil {
+			s.forgot = make(map[TopicPartition]forgotten)
+		}
+		if _, again := s.forgot[tp]; !again {
+			s.forgotOrder = append(s.forgotOrder, tp)
+		}
+		s.forgot[tp] = forgotten{topicID: topicID, owner: p.owner, nextSeq: p.nextSeq, lastAckedSeq: p.lastAckedSeq,
+			latestAckedSeq: p.latestAckedSeq, lastAckedOffset: p.lastAckedOffset, lastAckedSend: p.lastAckedSend,
+			lastAppend: p.lastAppend, inc: p.inc, byTopicID: p.byTopicID}
 	}
+	s.trimForgotten()
 	return true
+}
+
+// trimForgotten drops the oldest forgotten partitions beyond the bound, and
+// compacts the order list of entries Revive or partition already removed.
+func (s *Sequencer) trimForgotten() {
+	limit := s.maxForgotten
+	if limit <= 0 {
+		limit = MaxForgottenPartitions
+	}
+	for len(s.forgot) > limit && len(s.forgotOrder) > 0 {
+		delete(s.forgot, s.forgotOrder[0])
+		s.forgotOrder = s.forgotOrder[1:]
+	}
+	if len(s.forgotOrder) > 2*len(s.forgot)+64 {
+		kept := s.forgotOrder[:0]
+		for _, tp := range s.forgotOrder {
+			if _, ok := s.forgot[tp]; ok {
+				kept = append(kept, tp)
+			}
+		}
+		s.forgotOrder = slices.Clip(kept)
+	}
+}
+
+// Revive tells the Sequencer that tp is in use again, its topic with ID
+// topicID. If tp was forgotten under the same topic ID, its sequences
+// continue where they were; under another ID (the topic was recreated) they
+// are dropped, and the partition starts at sequence 0. It does nothing for
+// a partition that was not forgotten, or a zero topicID (not known).
+func (s *Sequencer) Revive(tp TopicPartition, topicID [16]byte) {
+	f, ok := s.forgot[tp]
+	if !ok || topicID == ([16]byte{}) {
+		return
+	}
+	delete(s.forgot, tp)
+	if f.topicID != topicID || s.parts[tp] != nil {
+		return
+	}
+	p := s.partition(tp)
+	p.owner, p.nextSeq, p.lastAckedSeq, p.latestAckedSeq = f.owner, f.nextSeq, f.lastAckedSeq, f.latestAckedSeq
+	p.lastAckedOffset, p.lastAckedSend, p.lastAppend, p.inc, p.byTopicID = f.lastAckedOffset, f.lastAckedSend, f.lastAppend, f.inc, f.byTopicID
 }
 
 // AwaitingProducerID reports whether the Sequencer asked for a new producer
