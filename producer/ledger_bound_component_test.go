@@ -32,7 +32,7 @@ func TestLedgerBoundReportsDroppedOffsets(t *testing.T) {
 	var truncated atomic.Bool
 	truncated.Store(true)
 	// The new leader's log is empty: epoch 0 ended at 0.
-	truncateLeader(c, &truncated, nil, 0, func(e int32) int32 { return min(e, 1) })
+	truncateLeader(t, c, &truncated, nil, 0, func(e int32) int32 { return min(e, 1) })
 	if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestUndefinedEpochEndProbesAckedWrites(t *testing.T) {
 	truncated.Store(true)
 	// The new leader (epoch 1) has an empty log and knows no epoch
 	// before its own: (-1, 0) for epoch 0, (1, 0) for epoch 1.
-	truncateLeader(c, &truncated, nil, 0, func(e int32) int32 {
+	truncateLeader(t, c, &truncated, nil, 0, func(e int32) int32 {
 		if e < 1 {
 			return -1
 		}

@@ -6,6 +6,7 @@ package producer_test
 // reports, identity, bumps) and the log read back by kgo's consumer.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -228,7 +229,7 @@ func TestProvenGapReportsLostRange(t *testing.T) {
 	// answers (0, 1), and fetches from 1 find nothing.
 	var truncated atomic.Bool
 	truncated.Store(true)
-	truncateLeader(c, &truncated, nil, 1, func(int32) int32 { return 0 })
+	truncateLeader(t, c, &truncated, nil, 1, func(int32) int32 { return 0 })
 	c.Fault(kfakeOOOSN(0))
 	mustOK(t, sendAll(t, ctx, p, prec(0, "v3")))
 	eventually(t, 3*time.Second, "no lost-write report", func() bool { return len(rec.Lost()) > 0 })
@@ -614,7 +615,7 @@ func TestLeaderChangeChecksAckedWrites(t *testing.T) {
 			// The new leader's log ends at 2: epoch 0 ended there and
 			// epoch 1 (current) has nothing yet; fetches find nothing.
 			var asked atomic.Int32
-			truncateLeader(c, &truncated, &asked, 2, func(e int32) int32 { return min(e, 1) })
+			truncateLeader(t, c, &truncated, &asked, 2, func(e int32) int32 { return min(e, 1) })
 			if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
 				t.Fatal(err)
 			}
@@ -698,9 +699,13 @@ func TestEpochExhaustionTakesNewProducerID(t *testing.T) {
 
 // truncateLeader makes the partition leader answer, while truncated is set,
 // as one whose log ends at end: OffsetForLeaderEpoch(e) answers (epochOf(e),
-// end) and every fetch finds nothing, with the high watermark at end. asked,
-// when set, counts the OffsetForLeaderEpoch requests.
-func truncateLeader(c *kfake.Cluster, truncated *atomic.Bool, asked *atomic.Int32, end int64, epochOf func(int32) int32) {
+// end) and a fetch finds the record batches of partition 0 that lie below
+// end (as they are when it is called) and nothing past them, with the high
+// watermark at end. asked, when set, counts the OffsetForLeaderEpoch
+// requests.
+func truncateLeader(t *testing.T, c *kfake.Cluster, truncated *atomic.Bool, asked *atomic.Int32, end int64, epochOf func(int32) int32) {
+	t.Helper()
+	kept := batchesBelow(t, c, end)
 	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if asked != nil {
@@ -736,10 +741,66 @@ func truncateLeader(c *kfake.Cluster, truncated *atomic.Bool, asked *atomic.Int3
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewFetchResponseTopicPartition()
 				sp.Partition, sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = rp.Partition, end, end, 0
+				for _, b := range kept {
+					if b.last >= rp.FetchOffset {
+						sp.RecordBatches = append(sp.RecordBatches, b.raw...)
+					}
+				}
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
 		return resp, nil, true
 	})
+}
+
+// rawBatch is one record batch as a fetch returns it, and its last offset.
+type rawBatch struct {
+	raw  []byte
+	last int64
+}
+
+// batchesBelow reads partition 0's record batches whose records all lie
+// below end.
+func batchesBelow(t *testing.T, c *kfake.Cluster, end int64) []rawBatch {
+	t.Helper()
+	if end <= 0 {
+		return nil
+	}
+	cl := oracle(t, c)
+	defer cl.Close()
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxBytes, req.SessionEpoch = -1, 1<<20, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = topic, c.TopicInfo(topic).TopicID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.CurrentLeaderEpoch, rp.PartitionMaxBytes = 0, -1, 1<<20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx := testCtx(t, 5*time.Second)
+	kr, err := cl.Broker(int(c.LeaderFor(topic, 0))).Request(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := kr.(*kmsg.FetchResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("fetch answer %+v", resp)
+	}
+	var out []rawBatch
+	for raw := resp.Topics[0].Partitions[0].RecordBatches; len(raw) >= 12; {
+		var b kmsg.RecordBatch
+		n := 12 + int(int32(binary.BigEndian.Uint32(raw[8:12])))
+		if n > len(raw) || b.ReadFrom(raw[:n]) != nil {
+			t.Fatalf("fetched record batches unreadable at %d bytes", n)
+		}
+		last := b.FirstOffset + int64(b.LastOffsetDelta)
+		if last < end {
+			out = append(out, rawBatch{raw: raw[:n:n], last: last})
+		}
+		raw = raw[n:]
+	}
+	if len(out) == 0 || out[len(out)-1].last != end-1 {
+		t.Fatalf("batches below %d: %d, ending at the wrong offset", end, len(out))
+	}
+	return out
 }

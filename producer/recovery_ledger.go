@@ -23,8 +23,9 @@ type AckedRange struct {
 	// responses do not carry it: the I/O layer knows only the epoch its
 	// metadata had for the leader when it sent the batch, which differs
 	// from the append epoch if the leader's epoch changed in between
-	// without the client noticing. Verdicts that rest on an inexact epoch
-	// are confirmed by a Probe before a loss is reported.
+	// without the client noticing. The epoch argument is not applied to an
+	// inexact range either way: its offsets are read (a Probe) after each
+	// leader change until a probe finds it, which makes it exact.
 	EpochExact bool
 	// Producer and FirstSequence identify the records (for Probe).
 	Producer      ProducerID
@@ -97,10 +98,11 @@ type AckedWritesLost struct {
 	FirstSequence      int32
 	CurrentLeaderEpoch int32
 	// Unconfirmed: the range may be gone, but the leader's log cannot say
-	// (the epoch argument puts it past its epoch's end and no batch
-	// header confirms it either way: records without a producer
-	// identity, or offsets in a gap compaction may have left). It is no
-	// longer tracked; the application decides what to check.
+	// (its epoch is not known to be its append epoch, so the epoch
+	// argument says nothing about it, and no batch header confirms it
+	// either way: records without a producer identity, or offsets in a
+	// gap compaction may have left). It is no longer tracked; the
+	// application decides what to check.
 	Unconfirmed bool
 	// Untracked (with Unconfirmed): the range is offsets whose
 	// acknowledged ranges the ledger's bound (AckLedgerRanges) had
@@ -124,12 +126,12 @@ type AckedWritesLost struct {
 type CheckResult struct {
 	// Lost are the acknowledged ranges now known to be gone.
 	Lost []AckedWritesLost
-	// Unconfirmed are ranges the epoch argument puts past the end of their
-	// epoch, on an inexact epoch, that a probe could not confirm either way
-	// because they carry no producer identity (records of a
-	// non-idempotent producer), or because their offsets lie in a gap
-	// (compaction) that nothing of theirs follows. They may be lost; they
-	// are no longer tracked. Each has Unconfirmed set. From AbandonQuery
+	// Unconfirmed are ranges on an inexact epoch (or that an answer
+	// could not place) that a probe could not confirm either way because
+	// they carry no producer identity (records of a non-idempotent
+	// producer), or because their offsets lie in a gap (compaction) that
+	// nothing of theirs follows. They may be lost; they are no longer
+	// tracked. Each has Unconfirmed set. From AbandonQuery
 	// and AbandonProbe: the ranges a check that could not be made was to
 	// verify, each with Err set too.
 	Unconfirmed []AckedWritesLost
@@ -202,9 +204,18 @@ const DefaultLedgerRanges = 1024
 // nothing by epochs: the ranges it was about that carry a producer identity
 // are probed instead, the others wait for the next leader change.
 //
-// Ranges whose epoch is not exact are not reported lost on the epoch
-// argument alone: they become suspects and a Probe (a fetch of batch headers)
-// confirms them by producer identity and sequence at the recorded offsets.
+// All of this holds only for a range's true append epoch. A range whose
+// epoch is not exact (AckedRange.EpochExact: the client's metadata may have
+// lagged the leader's epoch) is judged by nothing but a Probe (a fetch of
+// batch headers), whatever the answer says: appended under a later epoch
+// that a later unclean election cut away, its offsets may hold records of
+// the recorded epoch in the new leader's log, which the answer then places
+// past it. The probe confirms it present (it becomes exact, and an anchor
+// from then on) or lost by producer identity and sequence at its offsets;
+// without a producer identity it is reported Unconfirmed. An inexact range
+// is never an anchor, nor anchored. A Probe is one fetch per 4 MiB of log
+// walked; a range needs one once, at the first leader change after it was
+// acknowledged.
 //
 // The ledger is bounded: beyond its limit the oldest ranges are forgotten
 // (Forgotten tells how far), and their loss can no longer be detected.
@@ -214,8 +225,8 @@ const DefaultLedgerRanges = 1024
 // be gone too. A check the I/O layer cannot make (its requests refused for
 // good, or failing past their retries) is given up with AbandonQuery or
 // AbandonProbe, which report its ranges Unconfirmed with Err: no range is
-// dropped unverified without a report. It is pure (no I/O, no clock) and not safe for concurrent
-// use.
+// dropped unverified without a report. It is pure (no I/O, no clock) and
+// not safe for concurrent use.
 type AckLedger struct {
 	max    int
 	parts  map[TopicPartition]*ledgerPart
@@ -427,20 +438,26 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 			e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
 			e.From = from
 		}
-		if e.EpochExact {
-			res.Lost = append(res.Lost, lost(q.TP, e, cur))
-			if oldest {
-				l.untracked(&res, q.TP, p, cur, -1)
-			}
-			return
+		res.Lost = append(res.Lost, lost(q.TP, e, cur))
+		if oldest {
+			l.untracked(&res, q.TP, p, cur, -1)
 		}
-		e.suspect = true
-		kept = append(kept, e)
 	}
 	var undecided []*ledgerEntry
 	for _, e := range p.entries {
 		switch {
 		case e.checked || e.suspect || e.LeaderEpoch > q.Epoch:
+			kept = append(kept, e)
+		case !e.EpochExact:
+			// The epoch argument holds only for the append epoch:
+			// under a later one (the client's metadata lagged) the
+			// range's offsets may hold records of its recorded epoch
+			// in the new leader's log that are not ours, its own
+			// records truncated with the later epoch, however the
+			// answer reads. Nor is it an anchor, nor anchored (the log
+			// it is known to be in is not known). Its offsets are
+			// read instead (a Probe).
+			e.suspect = true
 			kept = append(kept, e)
 		case e.LeaderEpoch > a:
 			lose(e, e.From)

@@ -512,3 +512,95 @@ func TestLedgerAbandonedCheckReportsUnverified(t *testing.T) {
 		t.Fatalf("ranges %+v kept, query wanted %v", rs, l.Wants(q2))
 	}
 }
+
+// TestLedgerInexactSurvivorIsProbed: the epoch argument does not hold for a
+// range recorded under an epoch that was not its append epoch. Leader A of
+// epoch 3 holds our [0, 10) and another producer's acks=1 records [10, 30),
+// which replica R copied and leader B did not. B leads epoch 4 from offset
+// 10; our next batch is appended there as [10, 20) under 4, while the
+// client's metadata still names epoch 3 (recorded inexact). R is then
+// elected uncleanly (epoch 5): its log is epoch 3 up to 30, and it answers
+// OffsetForLeaderEpoch(3) with (3, 30), past our range, though [10, 20) in
+// its log is the other producer's records and ours went with epoch 4. The
+// range is therefore probed, not taken as survived, and the probe finds it
+// lost; the exact [0, 10) is settled by the answer alone. Without a producer
+// identity the range cannot be probed: it is reported Unconfirmed, not kept
+// as survived.
+func TestLedgerInexactSurvivorIsProbed(t *testing.T) {
+	other := ProbedBatch{BaseOffset: 10, LastOffset: 29, LeaderEpoch: 3, ProducerID: 99, ProducerEpoch: 0, BaseSequence: 0}
+	fetched := ProbeResult{LogStartOffset: 0, LogEndOffset: 30, Batches: []ProbedBatch{other}}
+
+	l := NewAckLedger(0)
+	l.ObserveLeaderEpoch(tp0, 3)
+	rec(t, l, 0, 10, 3, true)
+	rec(t, l, 10, 20, 3, false) // appended under 4 in fact
+	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	q = mustQuery(t, q, ok, 3, 5)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Next != nil || r.Probe == nil || r.Probe.Offset != 10 || r.Probe.CurrentLeaderEpoch != 5 {
+		t.Fatalf("answer (3, 30): %+v; want a probe at 10", r)
+	}
+	r = l.ApplyProbe(*r.Probe, fetched)
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{10, 20}}) || r.Probe != nil {
+		t.Fatalf("probe: %+v; want [10, 20) lost", r)
+	}
+	if rs := l.Ranges(tp0); len(rs) != 1 || rs[0].From != 0 || rs[0].To != 10 {
+		t.Fatalf("ranges %+v", rs)
+	}
+
+	// The same without a producer identity.
+	l = NewAckLedger(0)
+	l.ObserveLeaderEpoch(tp0, 3)
+	if err := l.Record(tp0, AckedRange{From: 10, To: 20, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+		t.Fatal(err)
+	}
+	q, ok = l.ObserveLeaderEpoch(tp0, 5)
+	q = mustQuery(t, q, ok, 3, 5)
+	r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	if r.Probe == nil {
+		t.Fatalf("unidentified range taken as survived: %+v", r)
+	}
+	r = l.ApplyProbe(*r.Probe, fetched)
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 1 || r.Unconfirmed[0].From != 10 || r.Unconfirmed[0].To != 20 ||
+		!r.Unconfirmed[0].Unconfirmed || r.Unconfirmed[0].Err != nil || len(l.Ranges(tp0)) != 0 {
+		t.Fatalf("probe: %+v, ranges %+v; want [10, 20) Unconfirmed", r, l.Ranges(tp0))
+	}
+}
+
+// TestLedgerInexactIsNoAnchor: a range recorded inexact and judged present
+// by the epoch argument proves nothing about the ranges below it; one the
+// probe found in the new leader's log does (its epoch is then exact), at the
+// next leader change.
+func TestLedgerInexactIsNoAnchor(t *testing.T) {
+	l := NewAckLedger(0)
+	l.ObserveLeaderEpoch(tp0, 2)
+	rec(t, l, 0, 10, 2, true)
+	q, _ := l.ObserveLeaderEpoch(tp0, 3)
+	if r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 2, EndOffset: 10}); len(r.Lost) != 0 || r.Next != nil || r.Probe != nil {
+		t.Fatalf("result %+v", r)
+	}
+	// [0, 10) is now known in the log of epoch 3; [10, 20) is recorded
+	// under 3, inexact.
+	rec(t, l, 10, 20, 3, false)
+	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	q = mustQuery(t, q, ok, 3, 5)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	// [0, 10) (epoch 2) is not settled by the inexact range: asked about.
+	if r.Next == nil || r.Next.Epoch != 2 || r.Probe == nil || r.Probe.Offset != 10 {
+		t.Fatalf("result %+v; want a question for epoch 2 and a probe at 10", r)
+	}
+	ours := ProbedBatch{BaseOffset: 10, LastOffset: 19, LeaderEpoch: 3, ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: 10}
+	if r2 := l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 30, Batches: []ProbedBatch{ours}}); len(r2.Lost) != 0 || r2.Probe != nil {
+		t.Fatalf("probe %+v", r2)
+	}
+	if r2 := l.ApplyEpochEnd(*r.Next, EpochEnd{Epoch: 2, EndOffset: 10}); len(r2.Lost) != 0 || r2.Next != nil || r2.Probe != nil {
+		t.Fatalf("epoch 2 answer %+v", r2)
+	}
+	// Confirmed by the probe, [10, 20) is exact and anchors [0, 10) at
+	// the next change: one question.
+	q, ok = l.ObserveLeaderEpoch(tp0, 6)
+	q = mustQuery(t, q, ok, 3, 6)
+	if r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30}); len(r.Lost) != 0 || r.Next != nil || r.Probe != nil {
+		t.Fatalf("result %+v; want everything settled by the confirmed range", r)
+	}
+}

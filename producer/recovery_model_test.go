@@ -8,18 +8,23 @@ package producer
 // answers NOT_LEADER_OR_FOLLOWER (KAFKA-13574), refuses batches (too large,
 // invalid), truncates its log in unclean elections (sometimes to nothing),
 // moves leadership cleanly, deletes by retention, and interleaves other
-// producers' records. A model I/O layer drives a Sequencer and an AckLedger
-// against it, answering the ledger's questions late (stale ones get
-// FENCED_LEADER_EPOCH) and recording acknowledged ranges sometimes under a
-// lagging leader epoch. After each run every fault heals and everything must
-// resolve; the invariants checked:
+// producers' records; a replica may stop following with records of its
+// leader (another producer's, acks=1) that later leaders never get, and be
+// elected uncleanly later: its log then diverges from theirs, holding
+// records of an older epoch at offsets acknowledged since. A model I/O
+// layer drives a Sequencer and an AckLedger against it, answering the
+// ledger's questions late (stale ones get FENCED_LEADER_EPOCH) and
+// recording acknowledged ranges sometimes under a lagging leader epoch.
+// After each run every fault heals and everything must resolve; the
+// invariants checked:
 //
 //  1. no record appears twice in a log unless PossibleDuplicate was reported
 //     for it;
 //  2. every acknowledged record is at its acknowledged offset (or below the
 //     log start), or an AckedWritesLost report covers it; every
 //     AckedWritesLost report is true (the records were acknowledged there
-//     and are gone), and so is every ProvenGap;
+//     and are gone: the acknowledged copy, though an earlier attempt may
+//     be back at the offset), and so is every ProvenGap;
 //  3. per partition, the first occurrences of records in the log are in
 //     produce order;
 //  4. a record reported Failed with MaybeWritten false is not in the log;
@@ -136,6 +141,15 @@ type mPartition struct {
 	// must start at 0 and never skip ahead); seqErr is the first violation.
 	highSeq map[ProducerID]int32
 	seqErr  string
+	// stale is a replica that stopped following at some point, with
+	// records of its leader the later leaders never had (snapshot).
+	stale *mReplica
+}
+
+// mReplica is a replica's log and leader epoch cache.
+type mReplica struct {
+	log   []mRecord
+	cache []mEpochStart
 }
 
 // modelExpiration is the model brokers' producer.id.expiration.ms.
@@ -240,6 +254,32 @@ func (m *mPartition) newLeader(truncateTo int64) {
 	m.cache = append(m.cache, mEpochStart{m.leaderEpoch, end})
 }
 
+// snapshot records a replica that stops following now (it goes offline):
+// the log as the leader has it, plus n records of another producer that the
+// leader appended (acks=1) and only that replica copied. electStale later
+// elects it uncleanly.
+func (m *mPartition) snapshot(n int) {
+	log := slices.Clone(m.log)
+	base := int64(len(log))
+	for range n {
+		log = append(log, mRecord{producer: ProducerID{ID: 1, Epoch: 0}, epoch: m.leaderEpoch, batchBase: base, batchLast: base + int64(n) - 1})
+	}
+	m.stale = &mReplica{log: log, cache: slices.Clone(m.cache)}
+}
+
+// electStale makes the replica snapshot recorded the log (newLeader then
+// starts its epoch): what was appended since it stopped following is gone,
+// and the offsets from where its log and the leaders' since diverge hold
+// other records, of an older epoch, than the ones acknowledged there. An
+// acknowledged range recorded under that older epoch (the client's metadata
+// lagging) looks present to the epoch argument.
+func (m *mPartition) electStale() {
+	m.log, m.cache, m.stale = m.stale.log, m.stale.cache, nil
+	m.rebuild()
+	m.stateLoss++
+	m.truncated = true
+}
+
 // offsetForLeaderEpoch answers as LeaderEpochFileCache.endOffsetFor.
 func (m *mPartition) offsetForLeaderEpoch(q int32) EpochEnd {
 	latest := m.cache[len(m.cache)-1]
@@ -281,6 +321,9 @@ type recStatus struct {
 	// incarnation deleted, so the records were reported failed instead.
 	ackInc   int
 	replaced bool
+	// ackEpoch is the leader epoch the acknowledged copy was appended
+	// under.
+	ackEpoch int32
 }
 
 type seqKey struct {
@@ -308,6 +351,11 @@ type mDriver struct {
 	now    time.Time
 	exact  bool // the ledger gets exact append epochs
 	faults bool
+	// drng draws the replicas that stop following and are elected later
+	// (mPartition.snapshot, electStale), from a source of its own so that
+	// the rest of a run draws from rng what it did before they were
+	// modelled.
+	drng *rand.Rand
 
 	nextRec   int
 	recTP     map[int]TopicPartition
@@ -626,6 +674,7 @@ func (d *mDriver) handle(dec Decision) {
 		for i, r := range recs {
 			st := d.status[r]
 			st.acked, st.offset, st.ackedSeen, st.failed, st.ackInc = true, a.BaseOffset+int64(i), true, false, inc
+			st.ackEpoch = m.log[st.offset].epoch
 			d.bySeq[seqKey{a.TP, inc, a.Identity.Producer, NextSequence(a.Identity.BaseSequence, int32(i))}] = r
 		}
 		epoch, exact := m.log[a.BaseOffset].epoch, true
@@ -789,7 +838,17 @@ func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
 				d.fatalf("bogus loss report %+v at %d: record %d %+v", l, o, rec, d.status[rec])
 			}
 			if o < int64(len(m.log)) && m.log[o].rec == rec {
-				d.fatalf("loss reported for record %d still at %d: %+v", rec, o, l)
+				if m.log[o].epoch == d.status[rec].ackEpoch {
+					d.fatalf("loss reported for record %d still at %d: %+v", rec, o, l)
+				}
+				// The acknowledged copy is gone; an earlier attempt of
+				// the record, appended at the same offset before an
+				// unclean election cut it, is there again because a
+				// replica that stopped following before the cut was
+				// elected. Nothing tells the two apart but their epochs
+				// (or producer epochs, when resequenced): a report on
+				// the safe side.
+				d.stats["lost-earlier-copy"]++
 			}
 			d.lostRep[rec] = true
 		}
@@ -819,6 +878,18 @@ func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
 	}
 	d.incidents++
 	d.trace("leader change %v unclean=%v to=%d", m.tp, unclean, to)
+	if d.drng != nil {
+		stale := unclean && m.stale != nil && int64(len(m.stale.log)) >= m.logStart && d.drng.Intn(2) == 0
+		if !stale && len(m.log) > 0 && d.drng.Intn(4) == 0 {
+			m.snapshot(1 + d.drng.Intn(8))
+		}
+		if stale {
+			m.electStale()
+			d.trace("stale replica elected %v: log end %d, epochs %v", m.tp, len(m.log), m.cache)
+			d.stats["diverged"]++
+			to = int64(len(m.log))
+		}
+	}
 	m.newLeader(to)
 	d.seq.LeaderChanged(m.tp)
 	q := m.queue
@@ -985,6 +1056,7 @@ func runModel(t *testing.T, seed int64, steps int) map[string]int {
 		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{}, nextPID: 100,
 		stats: map[string]int{}, incs: map[TopicPartition][]*mPartition{}, known: map[TopicPartition]int{},
 		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{}, cutBeforeDelete: true,
+		drng: rand.New(rand.NewSource(seed + 1<<32)),
 	}
 	if rrng := rand.New(rand.NewSource(^seed)); rrng.Intn(2) == 0 {
 		d.rrng = rrng // half the runs recreate topics
@@ -1037,7 +1109,7 @@ func TestModelRandomized(t *testing.T) {
 	for _, k := range []string{"ack", "failed", "possible-duplicate", "resequenced", "proven-gap", "possible-gap",
 		"split", "bump", "new-producer-id", "acked-writes-lost", "probe", "unclean", "state-expiry", "retention",
 		"fenced-check", "stale-check", "recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack",
-		"deleted-answer", "deleted-check"} {
+		"deleted-answer", "deleted-check", "diverged"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}
