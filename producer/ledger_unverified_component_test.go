@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
@@ -65,5 +67,45 @@ func TestFailedLedgerCheckReportsUnverified(t *testing.T) {
 				t.Fatalf("reported after %d requests; want %d at least", n, tc.minAsks)
 			}
 		})
+	}
+}
+
+// A check kgo refuses before sending it (the new leader's ApiVersions does
+// not list OffsetForLeaderEpoch: kgo fails the request with an error of its
+// own, not a Kafka one) can never succeed: it is abandoned at its first
+// attempt, its ranges reported Unconfirmed with an Err matching
+// ErrAckCheckFailed, not retried twenty times first. The retry backoff is
+// an hour, so a report at all comes from the first attempt; the producer's
+// own ApiVersions question (which found the key missing) is asked once.
+func TestUnsupportedLedgerCheckAbandonedAtOnce(t *testing.T) {
+	vs := kversion.Stable()
+	vs.SetMaxKeyVersion(int16(kmsg.OffsetForLeaderEpoch), -1) // removes the key
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, topic), kfake.MaxVersions(vs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var asked atomic.Int32
+	c.ControlKey(int16(kmsg.ApiVersions), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if kr.(*kmsg.ApiVersionsRequest).ClientSoftwareName == "kepoch" {
+			asked.Add(1)
+		}
+		return nil, nil, false
+	})
+	p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond), producer.RetryBackoff(time.Hour))
+	ctx := testCtx(t, 20*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a"), prec(0, "b")))
+	if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "no report of the unverified writes", func() bool { return len(rec.Lost()) > 0 })
+	l := rec.Lost()
+	if len(l) != 1 || l[0].From != 0 || l[0].To != 2 || !l[0].Unconfirmed || l[0].Untracked ||
+		!errors.Is(l[0].Err, producer.ErrAckCheckFailed) || l[0].CurrentLeaderEpoch != 1 {
+		t.Fatalf("reports %+v; want [0, 2) unverified", l)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("%d ApiVersions questions from the check; want 1 (one attempt)", n)
 	}
 }

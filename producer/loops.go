@@ -3,10 +3,13 @@ package producer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kepoch/kepoch/errors"
 	recbatch "github.com/kepoch/kepoch/internal/batch"
@@ -423,7 +426,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	if q := t.query; q != nil {
 		end, err := p.offsetForLeaderEpoch(leader, tp, q.Epoch, q.CurrentLeaderEpoch)
 		if err != nil {
-			p.ledgerFailed(t, err)
+			p.ledgerFailed(t, leader, err)
 			return
 		}
 		p.mu.Lock()
@@ -432,7 +435,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	} else {
 		pr, err := p.probe(leader, tp, topicID, *t.probe)
 		if err != nil {
-			p.ledgerFailed(t, err)
+			p.ledgerFailed(t, leader, err)
 			return
 		}
 		p.mu.Lock()
@@ -478,18 +481,67 @@ const ledgerTries = 20
 // the ranges it is about.
 var errProbeStuck = errors.New("the leader's log could not be read at the acknowledged offsets (the fetch returned nothing there)")
 
-// ledgerFailed handles a check whose request failed with err: one the
-// broker refused for good (a Kafka error that is not retriable, such as
-// TOPIC_AUTHORIZATION_FAILED) is abandoned at once, anything else retried.
-func (p *Producer) ledgerFailed(t ledgerTask, err error) {
+// ledgerFailed handles a check whose request to leader failed with err: one
+// the broker refused for good (a Kafka error that is not retriable, such as
+// TOPIC_AUTHORIZATION_FAILED) is abandoned at once, and so is one that can
+// never be sent (unsupportedLedger: kgo refuses, before sending, a request
+// the broker does not list or the client's MaxVersions leaves out, with
+// errors of its own); anything else is retried.
+func (p *Producer) ledgerFailed(t ledgerTask, leader int32, err error) {
 	if p.ctx.Err() != nil {
 		return // closing: nothing is reported any more
 	}
-	if _, kafka := errors.AsType[*kerr.Error](err); kafka && !errors.IsRetriable(err) {
-		p.abandonLedger(t, err)
+	if _, kafka := errors.AsType[*kerr.Error](err); kafka {
+		if !errors.IsRetriable(err) {
+			p.abandonLedger(t, err)
+			return
+		}
+	} else if refused := p.unsupportedLedger(t, leader); refused != nil {
+		p.abandonLedger(t, fmt.Errorf("%w (%w)", refused, err))
 		return
 	}
 	p.retryLedger(t, err)
+}
+
+// errLedgerUnsupported is the error of a check whose requests cannot be
+// sent to the leader at all.
+var errLedgerUnsupported = errors.New("kepoch: a request the check needs cannot be sent")
+
+// unsupportedLedger returns an error wrapping errLedgerUnsupported when a
+// request t needs (OffsetForLeaderEpoch; for a probe also Fetch and
+// ListOffsets) is left out by the client's MaxVersions or, asked now, by
+// the leader's ApiVersions; nil if both have them, or the leader could not
+// be asked (a transient failure: the check is retried).
+func (p *Producer) unsupportedLedger(t ledgerTask, leader int32) error {
+	keys := []kmsg.Key{kmsg.OffsetForLeaderEpoch}
+	if t.probe != nil {
+		keys = append(keys, kmsg.Fetch, kmsg.ListOffsets)
+	}
+	if vs, _ := p.cl.OptValue(kgo.MaxVersions).(*kversion.Versions); vs != nil {
+		for _, k := range keys {
+			if !vs.HasKey(int16(k)) {
+				return fmt.Errorf("%w: the client's MaxVersions leaves out %s", errLedgerUnsupported, kmsg.NameForKey(int16(k)))
+			}
+		}
+	}
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "kepoch", "1" // v3+ refuses empty names
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+	defer cancel()
+	kr, err := p.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return nil
+	}
+	resp := kr.(*kmsg.ApiVersionsResponse)
+	if resp.ErrorCode != 0 {
+		return nil
+	}
+	for _, k := range keys {
+		if !slices.ContainsFunc(resp.ApiKeys, func(a kmsg.ApiVersionsResponseApiKey) bool { return a.ApiKey == int16(k) && a.MaxVersion >= 0 }) {
+			return fmt.Errorf("%w: broker %d does not list %s in its ApiVersions", errLedgerUnsupported, leader, kmsg.NameForKey(int16(k)))
+		}
+	}
+	return nil
 }
 
 // retryLedger queues a failed check again after a backoff (a newer leader
