@@ -136,11 +136,10 @@ type CheckResult struct {
 	// verify, each with Err set too.
 	Unconfirmed []AckedWritesLost
 	// Unknown: the answer could not settle anything by epochs ((-1, -1),
-	// or an epoch above the one asked). The ranges it was about that
-	// carry a producer identity are probed (Probe: their batches looked
-	// for at their offsets, losses reported from what the probe finds);
-	// the others stay unchecked, asked about again at the next leader
-	// change.
+	// or an epoch above the one asked). The ranges it was about are
+	// probed (Probe: their batches looked for at their offsets, losses
+	// reported from what the probe finds; ranges without a producer
+	// identity reported Unconfirmed, or lost past the log end).
 	Unknown bool
 	// Stale: the answer belongs to a query or probe that was superseded
 	// (a newer leader epoch was observed); it was ignored.
@@ -201,8 +200,7 @@ const DefaultLedgerRanges = 1024
 // proves every older range below it that was known present in the same log.
 // Only when something was lost, or no such anchor exists, does the ledger
 // ask again for an older epoch (CheckResult.Next). A (-1, -1) answer settles
-// nothing by epochs: the ranges it was about that carry a producer identity
-// are probed instead, the others wait for the next leader change.
+// nothing by epochs: the ranges it was about are probed instead.
 //
 // All of this holds only for a range's true append epoch. A range whose
 // epoch is not exact (AckedRange.EpochExact: the client's metadata may have
@@ -410,11 +408,13 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	if a < 0 || end < 0 || a > q.Epoch {
 		// The leader cannot place the epoch: the epoch argument says
 		// nothing, and the whole of the epoch's writes may be gone. The
-		// ranges whose records carry a producer identity are checked at
-		// their offsets instead (a Probe); the others stay unchecked.
+		// ranges are checked at their offsets instead (a Probe): those
+		// without a producer identity are reported Unconfirmed by it
+		// (lost if past the log end), not left waiting in silence for
+		// a leader change that may not come.
 		res.Unknown = true
 		for _, e := range p.entries {
-			if !e.checked && !e.suspect && e.LeaderEpoch <= q.Epoch && e.Producer.Valid() {
+			if !e.checked && !e.suspect && e.LeaderEpoch <= q.Epoch {
 				e.suspect = true
 			}
 		}

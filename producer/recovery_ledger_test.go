@@ -152,10 +152,9 @@ func TestLedgerFollowUp(t *testing.T) {
 }
 
 // TestLedgerUndefinedAnswer: (-1, -1) settles nothing by epochs and reports
-// nothing by itself: the ranges with a producer identity are probed at
-// their offsets (the whole epoch may be gone), and the probe reports what
-// is lost; ranges without one are asked about again at the next leader
-// change.
+// nothing by itself: the ranges are probed at their offsets (the whole
+// epoch may be gone), and the probe reports what is lost; ranges without a
+// producer identity it reports Unconfirmed.
 func TestLedgerUndefinedAnswer(t *testing.T) {
 	l := NewAckLedger(0)
 	rec(t, l, 0, 10, 3, true)
@@ -178,17 +177,31 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 		t.Fatalf("probe after (-1, -1): %+v", r)
 	}
 
-	// Without a producer identity there is nothing to probe.
-	l = NewAckLedger(0)
-	if err := l.Record(tp0, AckedRange{From: 0, To: 10, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
-		t.Fatal(err)
+	// Without a producer identity (exact epoch or not) the probe cannot
+	// find the records: reported Unconfirmed, not left unchecked with no
+	// report until a next leader change; lost if past the log end.
+	for _, c := range []struct {
+		exact  bool
+		logEnd int64
+		lost   bool
+	}{{true, 20, false}, {false, 20, false}, {false, 0, true}} {
+		l = NewAckLedger(0)
+		if err := l.Record(tp0, AckedRange{From: 0, To: 10, LeaderEpoch: 3, EpochExact: c.exact, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+			t.Fatal(err)
+		}
+		q, _ = l.ObserveLeaderEpoch(tp0, 4)
+		r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+		if !r.Unknown || r.Probe == nil || len(r.Lost)+len(r.Unconfirmed) != 0 {
+			t.Fatalf("unidentified range (exact %v): %+v; want a probe", c.exact, r)
+		}
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: c.logEnd})
+		if c.lost != (len(r.Lost) == 1) || c.lost == (len(r.Unconfirmed) == 1) || len(l.Ranges(tp0)) != 0 {
+			t.Fatalf("unidentified range (exact %v, log end %d): %+v, ranges %+v", c.exact, c.logEnd, r, l.Ranges(tp0))
+		}
+		if _, ok := l.ObserveLeaderEpoch(tp0, 5); ok {
+			t.Fatal("reported range asked about again")
+		}
 	}
-	q, _ = l.ObserveLeaderEpoch(tp0, 4)
-	if r := l.ApplyEpochEnd(q, EpochEnd{-1, -1}); !r.Unknown || r.Probe != nil || len(r.Lost)+len(r.Unconfirmed) != 0 {
-		t.Fatalf("unidentified range: %+v", r)
-	}
-	q, ok = l.ObserveLeaderEpoch(tp0, 5)
-	mustQuery(t, q, ok, 3, 5)
 }
 
 // TestLedgerStaleAnswer: an answer for a leader epoch that has since changed
