@@ -448,7 +448,7 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 		p.queueLedgerLocked(ledgerTask{query: res.Next})
 	}
 	if res.Probe != nil {
-		if t.probe != nil && res.Probe.Offset == t.probe.Offset {
+		if t.probe != nil && res.Probe.Offset == t.probe.Offset && res.Probe.Tail == t.probe.Tail {
 			// The fetch got nowhere (offsets above the high
 			// watermark, say): ask again after a backoff, a bounded
 			// number of times, not at once and forever.
@@ -612,21 +612,31 @@ func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, 
 	return EpochEnd{Epoch: r.LeaderEpoch, EndOffset: r.EndOffset}, nil
 }
 
-// probe fetches batch headers from the leader at pr.Offset, and the leader's
-// log end offset for its current epoch.
+// tailProbeBytes is the fetch size of a tail probe: the broker returns the
+// batch holding the offset whatever the size, so it only bounds what else
+// comes along.
+const tailProbeBytes = 1
+
+// probe fetches batch headers from the leader at pr.Offset, and (unless it
+// is a tail probe) the leader's log end offset for its current epoch.
 func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr Probe) (ProbeResult, error) {
 	out := ProbeResult{LogStartOffset: -1, LogEndOffset: -1}
-	end, err := p.offsetForLeaderEpoch(leader, tp, pr.CurrentLeaderEpoch, pr.CurrentLeaderEpoch)
-	if err != nil {
-		return out, err
-	}
-	if end.Epoch == pr.CurrentLeaderEpoch {
-		out.LogEndOffset = end.EndOffset
+	// A tail probe reads one batch and needs no log end: one request.
+	maxBytes := int32(tailProbeBytes)
+	if !pr.Tail {
+		maxBytes = 4 << 20
+		end, err := p.offsetForLeaderEpoch(leader, tp, pr.CurrentLeaderEpoch, pr.CurrentLeaderEpoch)
+		if err != nil {
+			return out, err
+		}
+		if end.Epoch == pr.CurrentLeaderEpoch {
+			out.LogEndOffset = end.EndOffset
+		}
 	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
-	req.MaxBytes = 4 << 20
+	req.MaxBytes = maxBytes
 	req.SessionEpoch = -1
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = tp.Topic, topicID
@@ -634,7 +644,7 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 	rp.Partition = tp.Partition
 	rp.FetchOffset = pr.Offset
 	rp.CurrentLeaderEpoch = pr.CurrentLeaderEpoch
-	rp.PartitionMaxBytes = 4 << 20
+	rp.PartitionMaxBytes = maxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)

@@ -294,8 +294,13 @@ func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome
 // backoff growing from RetryBackoff: about 21 s by default). Acknowledged
 // writes nothing was reported for after a leader change were verified in
 // the new leader's log (or the check was superseded by a later leader
-// change, whose check covers them). It runs on the producer's callback
-// goroutine (see Produce).
+// change, whose check covers them). An idempotent producer's check costs
+// one OffsetForLeaderEpoch and one small fetch per partition when nothing
+// was lost; records without a producer identity (a non-idempotent
+// producer) cannot be found in the log, so those acknowledged since the
+// previous leader change are reported Unconfirmed at each one, unless they
+// lie past the new leader's log end (reported lost). It runs on the
+// producer's callback goroutine (see Produce).
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }

@@ -56,11 +56,20 @@ type EpochEnd struct {
 // starting at Offset (a Fetch with CurrentLeaderEpoch = CurrentLeaderEpoch;
 // the headers are enough), and report them with ApplyProbe. It confirms or
 // refutes losses judged on an inexact epoch.
+//
+// A Tail probe reads only the one batch holding Offset (the broker returns
+// the batch containing the offset, and always at least one batch whatever
+// MaxBytes says): the newest acknowledged batch of one producer identity.
+// It needs no log end offset (ProbeResult.LogEndOffset may be -1) and a
+// small fetch suffices; when it does not confirm the identity's ranges,
+// the next Probe walks them.
 type Probe struct {
 	TP                 TopicPartition
 	Offset             int64
 	CurrentLeaderEpoch int32
+	Tail               bool
 	id                 uint64
+	tail               ProducerID // the identity a tail probe is for
 }
 
 // ProbedBatch is one fetched record batch header.
@@ -172,7 +181,10 @@ type ledgerPart struct {
 	leaderEpoch int32          // highest leader epoch observed; -1 none
 	query       *EpochQuery
 	probe       *Probe
-	forgotten   int64 // the bound dropped ranges ending at or below this offset
+	// walk: identities whose tail probe did not confirm all their
+	// suspect ranges since the last leader change; they are walked.
+	walk      map[ProducerID]bool
+	forgotten int64 // the bound dropped ranges ending at or below this offset
 	// forgottenFrom is the lowest offset of a dropped range (-1: none);
 	// forgottenTold how far the dropped offsets were reported Untracked.
 	forgottenFrom, forgottenTold int64
@@ -211,9 +223,31 @@ const DefaultLedgerRanges = 1024
 // past it. The probe confirms it present (it becomes exact, and an anchor
 // from then on) or lost by producer identity and sequence at its offsets;
 // without a producer identity it is reported Unconfirmed. An inexact range
-// is never an anchor, nor anchored. A Probe is one fetch per 4 MiB of log
-// walked; a range needs one once, at the first leader change after it was
-// acknowledged.
+// is never an anchor, nor anchored.
+//
+// Probes read the tail first: for each producer identity with suspect
+// ranges, the one batch holding the last offset of its newest range (a
+// Probe with Tail). Found there with the identity and the sequence
+// acknowledged at that offset, its header gives that range's append epoch
+// et; the leader of et appended it, and the current log holds it under et,
+// so that log up to it is et's leader's log when it appended it (log
+// matching), which held whatever that leader had acknowledged before. So
+// every suspect range of the identity below the tail, in sequence before
+// it and recorded under et, is in the log at its offsets (it was sent while
+// the leader of et led; appended later, under a higher epoch, its sequence
+// would follow the tail's): all become exact with one fetch. The sequence
+// chain alone would not do: a leader holding no state for the producer
+// (its records cut by an unclean election, or its state expired) accepts
+// any sequence (Kafka 2.5 on), so the tail can be present with everything
+// before it gone; such a tail carries a later epoch than its range was
+// recorded under, and only its own batch is confirmed. What the tail does
+// not confirm (not found, not ours, past the log end, or recorded under
+// another epoch) is walked from the identity's oldest suspect range, one
+// fetch per 4 MiB: the walk's cost is paid when something may be wrong.
+// Ranges without a producer identity have nothing to read: a probe reports
+// them Unconfirmed unless they lie past the log end, at every leader
+// change after their acknowledgement (a non-idempotent producer's
+// acknowledgements cost a probe and an Unconfirmed report each time).
 //
 // The ledger is bounded: beyond its limit the oldest ranges are forgotten
 // (Forgotten tells how far), and their loss can no longer be detected.
@@ -335,7 +369,7 @@ func (l *AckLedger) ObserveLeaderEpoch(tp TopicPartition, leaderEpoch int32) (Ep
 		return EpochQuery{}, false
 	}
 	p.leaderEpoch = leaderEpoch
-	p.query, p.probe = nil, nil
+	p.query, p.probe, p.walk = nil, nil, nil
 	for _, e := range p.entries {
 		e.suspect = false
 		e.checked = e.presentIn >= leaderEpoch
@@ -353,7 +387,7 @@ func (l *AckLedger) Recheck(tp TopicPartition, currentLeaderEpoch int32) (EpochQ
 		return EpochQuery{}, false
 	}
 	p.leaderEpoch = currentLeaderEpoch
-	p.query, p.probe = nil, nil
+	p.query, p.probe, p.walk = nil, nil, nil
 	for _, e := range p.entries {
 		e.suspect = false
 		e.checked = false
@@ -503,21 +537,112 @@ func lost(tp TopicPartition, e *ledgerEntry, cur int32) AckedWritesLost {
 	}
 }
 
-// nextProbe issues a probe for the lowest suspect range, unless one is
-// already outstanding (ApplyProbe continues from whatever it did not reach).
+// nextProbe issues a probe unless one is already outstanding (ApplyProbe
+// continues from whatever it did not reach): a tail probe for the lowest
+// suspect range's identity if it has one not yet walked (see AckLedger),
+// a walk from the lowest suspect range otherwise.
 func (l *AckLedger) nextProbe(tp TopicPartition, p *ledgerPart) *Probe {
 	if p.probe != nil {
 		return nil
 	}
+	var first, tail *ledgerEntry
 	for _, e := range p.entries {
-		if e.suspect {
-			l.nextID++
-			pr := Probe{TP: tp, Offset: e.From, CurrentLeaderEpoch: p.leaderEpoch, id: l.nextID}
-			p.probe = &pr
-			return &pr
+		if !e.suspect {
+			continue
+		}
+		if first == nil {
+			first = e
+		}
+		if e.Producer.Valid() && !p.walk[e.Producer] && (tail == nil || e.Producer == tail.Producer && e.To > tail.To) {
+			tail = e
 		}
 	}
-	return nil
+	if first == nil {
+		return nil
+	}
+	l.nextID++
+	pr := Probe{TP: tp, Offset: first.From, CurrentLeaderEpoch: p.leaderEpoch, id: l.nextID}
+	if tail != nil {
+		pr.Offset, pr.Tail, pr.tail = tail.To-1, true, tail.Producer
+	}
+	p.probe = &pr
+	return &pr
+}
+
+// applyTail applies a tail probe's fetch: the batch holding pr.Offset, the
+// last offset of the identity's newest suspect range (the tail). Found with
+// the tail's identity and sequence, it makes exact (its epoch is the
+// batch's PartitionLeaderEpoch, et) the tail's records from that batch on,
+// and every suspect range of the identity below the tail, in sequence
+// before it, recorded under et: the leader of et appended them before the
+// tail, and the current log holds the tail under et, so its log up to the
+// tail, them included. What it does not confirm is walked.
+func (l *AckLedger) applyTail(pr Probe, r ProbeResult, p *ledgerPart) CheckResult {
+	var res CheckResult
+	id := pr.tail
+	if p.walk == nil {
+		p.walk = make(map[ProducerID]bool)
+	}
+	p.walk[id] = true
+	var tail *ledgerEntry
+	for _, e := range p.entries {
+		if e.suspect && e.Producer == id && e.To-1 == pr.Offset {
+			tail = e
+		}
+	}
+	if tail == nil {
+		// Not waiting any more (it cannot happen: while a probe is
+		// out, suspect ranges are neither merged nor split).
+		res.Probe = l.nextProbe(pr.TP, p)
+		return res
+	}
+	b := findBatch(r.Batches, pr.Offset)
+	if b == nil || !ownedBy(b, tail, pr.Offset) {
+		// Gone, or not where it was acknowledged, or not read (past
+		// the high watermark): the walk tells.
+		res.Probe = l.nextProbe(pr.TP, p)
+		return res
+	}
+	cur, et := pr.CurrentLeaderEpoch, b.LeaderEpoch
+	confirm := func(e *ledgerEntry) {
+		e.LeaderEpoch, e.EpochExact = et, true
+		e.suspect, e.checked, e.presentIn = false, true, cur
+	}
+	var kept []*ledgerEntry
+	for _, e := range p.entries {
+		switch {
+		case !e.suspect || e.Producer != id:
+		case e == tail && e.LeaderEpoch == et:
+			confirm(e)
+		case e == tail:
+			// Recorded under another epoch than the tail batch's:
+			// only that batch is known to be the acknowledged one.
+			if from := max(b.BaseOffset, e.From); from > e.From {
+				head := *e
+				head.To = from
+				kept = append(kept, &head)
+				e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
+				e.From = from
+			}
+			confirm(e)
+		case e.LeaderEpoch == et && e.To <= tail.From && seqBefore(e, tail):
+			confirm(e)
+		}
+		kept = append(kept, e)
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].From < kept[j].From })
+	p.entries = kept
+	res.Probe = l.nextProbe(pr.TP, p)
+	return res
+}
+
+// seqBefore reports whether e's sequences precede t's, as one producer
+// identity's batches in one log do: t's first sequence is at least e's
+// length past e's first, and no further than their offsets are apart.
+func seqBefore(e, t *ledgerEntry) bool {
+	m := int64(math.MaxInt32) + 1
+	d := ((int64(t.FirstSequence)-int64(e.FirstSequence))%m + m) % m
+	return d >= e.To-e.From && d <= t.From-e.From
 }
 
 // ApplyProbe applies a probe's fetch. A suspect range whose records are found
@@ -534,6 +659,9 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		return res
 	}
 	p.probe = nil
+	if pr.Tail {
+		return l.applyTail(pr, r, p)
+	}
 	cur := pr.CurrentLeaderEpoch
 	var kept []*ledgerEntry
 	for i, e := range p.entries {

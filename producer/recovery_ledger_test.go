@@ -65,6 +65,7 @@ func TestLedgerCleanLeaderChange(t *testing.T) {
 		t.Fatal("second question for the same change")
 	}
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	skipTail(t, l, &r)
 	if len(r.Lost) != 0 || r.Next != nil || r.Probe != nil || r.Unknown || r.Stale {
 		t.Fatalf("result %+v", r)
 	}
@@ -74,6 +75,7 @@ func TestLedgerCleanLeaderChange(t *testing.T) {
 	q, ok = l.ObserveLeaderEpoch(tp0, 5)
 	q = mustQuery(t, q, ok, 4, 5)
 	r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 4, EndOffset: 45})
+	skipTail(t, l, &r)
 	if len(r.Lost) != 0 || r.Next != nil {
 		t.Fatalf("result %+v", r)
 	}
@@ -91,6 +93,7 @@ func TestLedgerTruncation(t *testing.T) {
 	q, ok := l.ObserveLeaderEpoch(tp0, 4)
 	q = mustQuery(t, q, ok, 3, 4)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 15})
+	skipTail(t, l, &r)
 	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{15, 20}}) {
 		t.Fatalf("lost %v", got)
 	}
@@ -119,6 +122,7 @@ func TestLedgerEpochUnknownToNewLeader(t *testing.T) {
 	q, ok := l.ObserveLeaderEpoch(tp0, 7)
 	q = mustQuery(t, q, ok, 5, 7)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 40})
+	skipTail(t, l, &r)
 	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{40, 50}, {100, 110}}) {
 		t.Fatalf("lost %v", got)
 	}
@@ -138,6 +142,7 @@ func TestLedgerFollowUp(t *testing.T) {
 	q, ok := l.ObserveLeaderEpoch(tp0, 6)
 	q = mustQuery(t, q, ok, 4, 6)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 4, EndOffset: 10})
+	skipTail(t, l, &r)
 	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{10, 20}}) {
 		t.Fatalf("lost %v", got)
 	}
@@ -146,6 +151,7 @@ func TestLedgerFollowUp(t *testing.T) {
 	}
 	next := mustQuery(t, *r.Next, true, 2, 6)
 	r = l.ApplyEpochEnd(next, EpochEnd{Epoch: 2, EndOffset: 8})
+	skipTail(t, l, &r)
 	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{8, 10}}) || r.Next != nil {
 		t.Fatalf("follow-up result %+v", r)
 	}
@@ -161,6 +167,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 	q, _ := l.ObserveLeaderEpoch(tp0, 4)
 	for _, ans := range []EpochEnd{{-1, -1}, {3, -1}, {-1, 5}, {9, 100}} {
 		r := l.ApplyEpochEnd(q, ans)
+		skipTail(t, l, &r)
 		if !r.Unknown || len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 0 || r.Probe.CurrentLeaderEpoch != 4 {
 			t.Fatalf("answer %+v: %+v", ans, r)
 		}
@@ -171,6 +178,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 
 	// The probe finds the first half of the range and nothing past it.
 	r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+	skipTail(t, l, &r)
 	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 5,
 		Batches: []ProbedBatch{{BaseOffset: 0, LastOffset: 4, LeaderEpoch: 3, ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: 0}}})
 	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{5, 10}}) || r.Probe != nil {
@@ -191,6 +199,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 		}
 		q, _ = l.ObserveLeaderEpoch(tp0, 4)
 		r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+		skipTail(t, l, &r)
 		if !r.Unknown || r.Probe == nil || len(r.Lost)+len(r.Unconfirmed) != 0 {
 			t.Fatalf("unidentified range (exact %v): %+v; want a probe", c.exact, r)
 		}
@@ -244,6 +253,7 @@ func TestLedgerInexactEpochProbe(t *testing.T) {
 		rec(t, l, 120, 130, 3, false)
 		q, _ := l.ObserveLeaderEpoch(tp0, 5)
 		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+		skipTail(t, l, &r)
 		if len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 120 || r.Probe.CurrentLeaderEpoch != 5 {
 			t.Fatalf("no probe: %+v", r)
 		}
@@ -325,6 +335,7 @@ func TestLedgerUnconfirmed(t *testing.T) {
 		}
 		q, _ := l.ObserveLeaderEpoch(tp0, 5)
 		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+		skipTail(t, l, &r)
 		if r.Probe == nil {
 			t.Fatalf("no probe: %+v", r)
 		}
@@ -346,6 +357,7 @@ func TestLedgerProbeCompactionGapTerminates(t *testing.T) {
 	rec(t, l, 120, 130, 3, false) // inexact: appended under 4 in fact
 	q, _ := l.ObserveLeaderEpoch(tp0, 5)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+	skipTail(t, l, &r)
 	if r.Probe == nil || r.Probe.Offset != 120 {
 		t.Fatalf("no probe: %+v", r)
 	}
@@ -379,6 +391,7 @@ func TestLedgerProbeGapNotOurs(t *testing.T) {
 	rec(t, l, 120, 130, 3, false)
 	q, _ := l.ObserveLeaderEpoch(tp0, 5)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 110})
+	skipTail(t, l, &r)
 	if r.Probe == nil || r.Probe.Offset != 120 {
 		t.Fatalf("no probe: %+v", r)
 	}
@@ -445,11 +458,13 @@ func TestLedgerBoundReportsUntracked(t *testing.T) {
 		rec(t, l, 40, 50, 3, true) // drops [0, 10)
 		q, _ := l.ObserveLeaderEpoch(tp0, 4)
 		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 25})
+		skipTail(t, l, &r)
 		if got := untracked(r); got != nil {
 			t.Fatalf("untracked %v for a loss above the oldest range held", got)
 		}
 		q, _ = l.ObserveLeaderEpoch(tp0, 5)
 		r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 15})
+		skipTail(t, l, &r)
 		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{20, 25}}) {
 			t.Fatalf("lost %v", got)
 		}
@@ -463,6 +478,7 @@ func TestLedgerBoundReportsUntracked(t *testing.T) {
 		rec(t, l, 20, 30, 3, false) // drops [0, 10)
 		q, _ := l.ObserveLeaderEpoch(tp0, 4)
 		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 5})
+		skipTail(t, l, &r)
 		if r.Probe == nil || len(r.Lost) != 0 || untracked(r) != nil {
 			t.Fatalf("result %+v", r)
 		}
@@ -476,6 +492,7 @@ func TestLedgerBoundReportsUntracked(t *testing.T) {
 		rec(t, l, 40, 50, 3, false)
 		q, _ = l.ObserveLeaderEpoch(tp0, 5)
 		r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 5})
+		skipTail(t, l, &r)
 		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 5})
 		if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{40, 50}}) {
 			t.Fatalf("lost %v", got)
@@ -550,6 +567,7 @@ func TestLedgerInexactSurvivorIsProbed(t *testing.T) {
 	q, ok := l.ObserveLeaderEpoch(tp0, 5)
 	q = mustQuery(t, q, ok, 3, 5)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	skipTail(t, l, &r)
 	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Next != nil || r.Probe == nil || r.Probe.Offset != 10 || r.Probe.CurrentLeaderEpoch != 5 {
 		t.Fatalf("answer (3, 30): %+v; want a probe at 10", r)
 	}
@@ -570,6 +588,7 @@ func TestLedgerInexactSurvivorIsProbed(t *testing.T) {
 	q, ok = l.ObserveLeaderEpoch(tp0, 5)
 	q = mustQuery(t, q, ok, 3, 5)
 	r = l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	skipTail(t, l, &r)
 	if r.Probe == nil {
 		t.Fatalf("unidentified range taken as survived: %+v", r)
 	}
@@ -598,6 +617,7 @@ func TestLedgerInexactIsNoAnchor(t *testing.T) {
 	q, ok := l.ObserveLeaderEpoch(tp0, 5)
 	q = mustQuery(t, q, ok, 3, 5)
 	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30})
+	skipTail(t, l, &r)
 	// [0, 10) (epoch 2) is not settled by the inexact range: asked about.
 	if r.Next == nil || r.Next.Epoch != 2 || r.Probe == nil || r.Probe.Offset != 10 {
 		t.Fatalf("result %+v; want a question for epoch 2 and a probe at 10", r)
@@ -615,5 +635,133 @@ func TestLedgerInexactIsNoAnchor(t *testing.T) {
 	q = mustQuery(t, q, ok, 3, 6)
 	if r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 30}); len(r.Lost) != 0 || r.Next != nil || r.Probe != nil {
 		t.Fatalf("result %+v; want everything settled by the confirmed range", r)
+	}
+}
+
+// skipTail answers a tail probe in r with nothing found at its offset, and
+// puts the walk that follows in its place: for the tests of the walk.
+func skipTail(t *testing.T, l *AckLedger, r *CheckResult) {
+	t.Helper()
+	for r.Probe != nil && r.Probe.Tail {
+		w := l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: -1, LogEndOffset: -1})
+		if len(w.Lost) != 0 || len(w.Unconfirmed) != 0 || w.Probe == nil {
+			t.Fatalf("tail probe found nothing: %+v", w)
+		}
+		r.Probe = w.Probe
+	}
+}
+
+// recID records [from, to) for producer identity id with first sequence seq.
+func recID(t *testing.T, l *AckLedger, from, to int64, epoch int32, id ProducerID, seq int32) {
+	t.Helper()
+	if err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, Producer: id, FirstSequence: seq}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tailSetup records inexact ranges of identity pid (other producers'
+// records in between, so that they do not merge) and of identity pid2 (a
+// bump after them), observes a leader change and answers its question:
+// the ranges are suspects, and the first probe is a tail probe.
+func tailSetup(t *testing.T, withBump bool) (*AckLedger, Probe) {
+	t.Helper()
+	l := NewAckLedger(0)
+	recID(t, l, 0, 10, 3, pid, 0)
+	recID(t, l, 20, 30, 3, pid, 10)
+	recID(t, l, 40, 50, 3, pid, 20)
+	if withBump {
+		recID(t, l, 60, 70, 3, ProducerID{ID: pid.ID, Epoch: pid.Epoch + 1}, 0)
+	}
+	q, ok := l.ObserveLeaderEpoch(tp0, 4)
+	q = mustQuery(t, q, ok, 3, 4)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 100})
+	if len(r.Lost) != 0 || r.Next != nil || r.Probe == nil || !r.Probe.Tail || r.Probe.Offset != 49 {
+		t.Fatalf("answer: %+v; want a tail probe at 49", r)
+	}
+	return l, *r.Probe
+}
+
+func batchOf(id ProducerID, base, last int64, seq, epoch int32) ProbedBatch {
+	return ProbedBatch{BaseOffset: base, LastOffset: last, LeaderEpoch: epoch, ProducerID: id.ID, ProducerEpoch: id.Epoch, BaseSequence: seq}
+}
+
+// TestLedgerTailConfirmsIdentity: the identity's newest batch found under
+// the epoch its ranges were recorded under, with its sequence, at its
+// offset confirms every earlier range of the identity with that one probe:
+// no walk (which would fetch from offset 0), all exact, nothing left.
+func TestLedgerTailConfirmsIdentity(t *testing.T) {
+	l, pr := tailSetup(t, false)
+	r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: -1,
+		Batches: []ProbedBatch{batchOf(pid, 45, 49, 25, 3)}})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Probe != nil || r.Next != nil {
+		t.Fatalf("tail found: %+v; want everything confirmed", r)
+	}
+	for _, x := range l.Ranges(tp0) {
+		if !x.EpochExact || x.LeaderEpoch != 3 {
+			t.Fatalf("range %+v not made exact", x)
+		}
+	}
+	// Confirmed for epoch 4: nothing to ask until the next change, then
+	// the epoch argument (exact ranges) settles them with one question.
+	if _, ok := l.ObserveLeaderEpoch(tp0, 4); ok {
+		t.Fatal("question without change")
+	}
+	q, ok := l.ObserveLeaderEpoch(tp0, 5)
+	q = mustQuery(t, q, ok, 3, 5)
+	if r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 3, EndOffset: 100}); len(r.Lost) != 0 || r.Next != nil || r.Probe != nil {
+		t.Fatalf("next change: %+v", r)
+	}
+}
+
+// TestLedgerTailRecordedUnderOtherEpoch: the tail batch carries a later
+// epoch than the ranges were recorded under (the client's metadata lagged,
+// and a leader without the producer's state may have taken any sequence):
+// only the tail batch is confirmed, the rest is walked, and the walk
+// reports exactly what is gone.
+func TestLedgerTailRecordedUnderOtherEpoch(t *testing.T) {
+	l, pr := tailSetup(t, false)
+	r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: -1,
+		Batches: []ProbedBatch{batchOf(pid, 45, 49, 25, 4)}})
+	if len(r.Lost) != 0 || r.Probe == nil || r.Probe.Tail || r.Probe.Offset != 0 {
+		t.Fatalf("tail under epoch 4: %+v; want a walk from 0", r)
+	}
+	other := ProbedBatch{BaseOffset: 0, LastOffset: 44, LeaderEpoch: 2, ProducerID: 99}
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 50,
+		Batches: []ProbedBatch{other, batchOf(pid, 45, 49, 25, 4)}})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{0, 10}, {20, 30}, {40, 45}}) || r.Probe != nil {
+		t.Fatalf("walk: %+v; want [0, 10), [20, 30), [40, 45) lost", r)
+	}
+}
+
+// TestLedgerTailMissingWalks: the tail is not there (another producer's
+// records at its offset): the identity is walked from its oldest suspect
+// range, and the walk reports exactly the lost suffix.
+func TestLedgerTailMissingWalks(t *testing.T) {
+	l, pr := tailSetup(t, false)
+	r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, LogEndOffset: -1,
+		Batches: []ProbedBatch{{BaseOffset: 25, LastOffset: 60, LeaderEpoch: 4, ProducerID: 99}}})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Probe == nil || r.Probe.Tail || r.Probe.Offset != 0 {
+		t.Fatalf("tail missing: %+v; want a walk from 0", r)
+	}
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 61, Batches: []ProbedBatch{
+		batchOf(pid, 0, 9, 0, 3), {BaseOffset: 10, LastOffset: 19, LeaderEpoch: 3, ProducerID: 99},
+		batchOf(pid, 20, 24, 10, 3), {BaseOffset: 25, LastOffset: 60, LeaderEpoch: 4, ProducerID: 99}}})
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{25, 30}, {40, 50}}) || r.Probe != nil || len(r.Unconfirmed) != 0 {
+		t.Fatalf("walk: %+v; want [25, 30) and [40, 50) lost", r)
+	}
+}
+
+// TestLedgerTailPerIdentity: two identities (a bump between them) get one
+// tail probe each, and nothing else when both are found.
+func TestLedgerTailPerIdentity(t *testing.T) {
+	bumped := ProducerID{ID: pid.ID, Epoch: pid.Epoch + 1}
+	l, pr := tailSetup(t, true)
+	r := l.ApplyProbe(pr, ProbeResult{LogStartOffset: 0, Batches: []ProbedBatch{batchOf(pid, 45, 49, 25, 3)}})
+	if len(r.Lost) != 0 || r.Probe == nil || !r.Probe.Tail || r.Probe.Offset != 69 {
+		t.Fatalf("first identity: %+v; want a tail probe at 69", r)
+	}
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, Batches: []ProbedBatch{batchOf(bumped, 60, 69, 0, 3)}})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Probe != nil {
+		t.Fatalf("second identity: %+v; want nothing more", r)
 	}
 }
