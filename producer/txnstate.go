@@ -865,6 +865,10 @@ type AddPartitionResult struct {
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, TRANSAC-
 //	  TIONAL_ID_AUTHORIZATION_FAILED, other
+//
+// A result for a partition the request did not name is ignored, whatever
+// its code; a partition the request named that the answer leaves out is
+// added again.
 func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartitionResult, resent bool) (TxnStep, error) {
 	req, ok := t.outstanding.(*AddPartitionsRequest)
 	if !ok {
@@ -889,6 +893,11 @@ func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartition
 	decided := false
 	answered := make(map[TopicPartition]bool, len(results))
 	for _, r := range results {
+		if !slices.Contains(req.Partitions, r.TP) {
+			// Not asked for (a broker's mistake): it says nothing
+			// of this request's partitions, nor of the transaction.
+			continue
+		}
 		answered[r.TP] = true
 		if retry, find := coordinatorRetry(r.Code); retry {
 			t.findCoord = t.findCoord || find

@@ -1323,3 +1323,51 @@ func TestTxnStopCarriesCause(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnAddPartitionsAnswerOutsideRequest: an AddPartitionsToTxn answer
+// is read only for the partitions its request named: a result for another
+// partition (a broker's mistake, or a stale answer) neither adds it, nor
+// starts the transaction, nor decides anything, and a requested partition
+// the answer leaves out is added again.
+func TestTxnAddPartitionsAnswerOutsideRequest(t *testing.T) {
+	cases := []struct {
+		name    string
+		results []AddPartitionResult
+		added   bool // tp0 added
+		resend  bool // tp0 asked for again
+	}{
+		{"only another partition NONE", []AddPartitionResult{{TP: tp1}}, false, true},
+		{"requested and another NONE", []AddPartitionResult{{TP: tp0}, {TP: tp1}}, true, false},
+		{"another partition fatal", []AddPartitionResult{{TP: tp1, Code: kerr.InvalidTxnState.Code}}, false, true},
+		{"another partition abortable", []AddPartitionResult{{TP: tp1, Code: kerr.TransactionAbortable.Code}, {TP: tp0}}, true, false},
+		{"another partition retriable", []AddPartitionResult{{TP: tp1, Code: kerr.ConcurrentTransactions.Code}, {TP: tp0}}, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			if err := h.tx.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			step, _ := h.tx.AddPartition(tp0)
+			h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+			step, err := h.tx.HandleAddPartitions(Answered, c.results, false)
+			if err != nil || h.tx.State() != TxnInTransaction {
+				t.Fatalf("step %+v %v: state %v", step, err, h.tx.State())
+			}
+			if err := h.tx.CanProduce(tp1); err == nil {
+				t.Fatal("a partition never requested was added")
+			}
+			if got := h.tx.CanProduce(tp0) == nil; got != c.added {
+				t.Fatalf("tp0 added %v, want %v", got, c.added)
+			}
+			if c.resend {
+				h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
+			} else {
+				h.wantSend(step, nil)
+			}
+			if h.tx.started != c.added {
+				t.Fatalf("started %v, want %v", h.tx.started, c.added)
+			}
+		})
+	}
+}
