@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	stderrors "errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
 )
 
@@ -160,4 +162,57 @@ func TestGoneTopicBackUnderSameIDContinuesSequences(t *testing.T) {
 		t.Fatalf("outcomes %s", kinds(os))
 	}
 	wantNoLost(t, rec)
+}
+
+// In a transaction, a record acknowledged by a topic that is then deleted
+// went with the deleted log, so the transaction cannot commit it, also
+// when the producer dropped the deleted topic's state before the topic was
+// created again and produced to in the same transaction (dropped, the
+// partition's state no longer named the old incarnation, and the new one
+// was taken for a first sighting: the transaction committed without the
+// record).
+func TestDroppedTopicRecreatedInTransactionAborts(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-dropped-recreated", producer.MetadataMaxAge(100*time.Millisecond))
+	ctx := testCtx(t, 30*time.Second)
+	const name = "dropped-in-txn"
+	adminTopic(t, c, name, true)
+
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ProduceSync(ctx, &producer.Record{Topic: name, Value: []byte("a")}); err != nil {
+		t.Fatalf("produce a: %v", err)
+	}
+	adminTopic(t, c, name, false)
+	// Metadata confirms the removal: the producer's metadata loop marks the
+	// topic gone, and in the same step drops its state or keeps it.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if sizes := producer.TopicStateSizes(p); sizes["gone"] != 0 || sizes["parts"] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer never saw the topic gone: %v", producer.TopicStateSizes(p))
+		}
+	}
+	adminTopic(t, c, name, true)
+	// A record for the new incarnation: refused at once if the producer
+	// already learned of the recreation, else failed by the abort.
+	done := make(chan producer.Result, 1)
+	err := p.Produce(ctx, &producer.Record{Topic: name, Value: []byte("b")}, func(r producer.Result) { done <- r })
+	if err != nil {
+		if !stderrors.Is(err, producer.ErrAbortRequired) || !stderrors.Is(err, errors.ErrTopicIDChanged) {
+			t.Fatalf("produce b: %v; want ErrAbortRequired wrapping ErrTopicIDChanged", err)
+		}
+		close(done)
+	}
+	if err := p.CommitTransaction(ctx); !stderrors.Is(err, producer.ErrAbortRequired) || !stderrors.Is(err, errors.ErrTopicIDChanged) {
+		t.Fatalf("CommitTransaction: %v; want ErrAbortRequired wrapping ErrTopicIDChanged", err)
+	}
+	if err := p.AbortTransaction(ctx); err != nil {
+		t.Fatalf("AbortTransaction: %v", err)
+	}
+	if r, ok := <-done; ok && r.Err == nil {
+		t.Fatalf("record b of the aborted transaction acknowledged at offset %d", r.Offset)
+	}
 }

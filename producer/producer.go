@@ -741,6 +741,16 @@ func (p *Producer) dropGoneLocked() {
 				idle = false
 				break
 			}
+			if p.txn != nil && p.txn.Holds(ps.tp) {
+				// Kept until the transaction ends (the expiry
+				// loop's tick drops it then): a recreation of the
+				// topic makes a transaction that had a record of it
+				// acknowledged abortable (TxnState.NewIncarnation),
+				// which a partition state started afresh would
+				// take for a first sighting, committing without it.
+				idle = false
+				break
+			}
 			tps = append(tps, ps.tp)
 			topicID = ps.topicID
 		}

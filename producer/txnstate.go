@@ -509,6 +509,19 @@ func (t *TxnState) AddPartition(tp TopicPartition) (TxnStep, error) {
 	return t.Poll(), nil
 }
 
+// Holds reports whether the open transaction, while it may still commit
+// (InTransaction, or Committing before EndTxn is sent), includes tp or is
+// adding it. The I/O layer keeps such a partition's state (its Sequencer
+// state above all) even when its topic is gone: NewIncarnation judges a
+// recreation of the topic by what the partition acknowledged in the
+// transaction.
+func (t *TxnState) Holds(tp TopicPartition) bool {
+	if t.state != TxnInTransaction && (t.state != TxnCommitting || t.endTxnSent()) {
+		return false
+	}
+	return t.added[tp] || slices.Contains(t.pendingAdd, tp) || t.adding(tp)
+}
+
 // adding reports whether tp is in an AddPartitionsToTxn on the wire or
 // queued for resending.
 func (t *TxnState) adding(tp TopicPartition) bool {

@@ -1371,3 +1371,46 @@ func TestTxnAddPartitionsAnswerOutsideRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestTxnHolds: the open transaction holds a partition added to it or
+// being added, until it can no longer commit (EndTxn sent, aborting,
+// abortable) or ends; another partition it never holds.
+func TestTxnHolds(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	if h.tx.Holds(tp0) {
+		t.Fatal("held before any transaction")
+	}
+	h.begin(tp0)
+	step, _ := h.tx.AddPartition(tp1)
+	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp1}})
+	if !h.tx.Holds(tp0) || !h.tx.Holds(tp1) || h.tx.Holds(tp2) {
+		t.Fatalf("in transaction: holds tp0 %v tp1 %v tp2 %v", h.tx.Holds(tp0), h.tx.Holds(tp1), h.tx.Holds(tp2))
+	}
+	if _, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp1}}, false); err != nil {
+		t.Fatal(err)
+	}
+	ref := h.assign(tp0, 1)
+	if _, err := h.tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if !h.tx.Holds(tp0) {
+		t.Fatal("committing, EndTxn not sent: tp0 not held")
+	}
+	_, step = h.produce(ref, ProduceResult{Code: 0, BaseOffset: 0})
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+	if h.tx.Holds(tp0) {
+		t.Fatal("EndTxn sent: tp0 still held")
+	}
+	h.endTxn(EndTxnResult{Producer: NoProducerID})
+	if h.tx.State() != TxnReady || h.tx.Holds(tp0) {
+		t.Fatalf("after the commit (%v): tp0 still held", h.tx.State())
+	}
+	h.begin(tp2)
+	if h.tx.Holds(tp0) || !h.tx.Holds(tp2) {
+		t.Fatal("next transaction: holds the last one's partition, or not its own")
+	}
+	h.tx.HandleProduce(Decision{Abortable: &AbortableError{Err: ErrDeliveryTimeout}})
+	if h.tx.Holds(tp2) {
+		t.Fatalf("abortable (%v): tp2 still held", h.tx.State())
+	}
+}
