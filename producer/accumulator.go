@@ -101,9 +101,10 @@ func (p *Producer) pstateLocked(tp TopicPartition, topicID [16]byte) *pstate {
 		p.parts[tp] = ps
 		p.sinkLocked(ps.leader)
 		p.cachePstateLocked(ps)
-		// Produce's topic lookup watched the topic, but a deleted
-		// topic's state and watch may have been dropped since
-		// (dropGoneLocked): watched again, and gone again if metadata
+		// The producer watches the topics it holds partition states
+		// of (Produce's lookup watched it only while it looked; a
+		// deleted topic's state and watch may have been dropped
+		// since, dropGoneLocked): watched, and gone again if metadata
 		// has no partitions for it now.
 		p.watchLocked(tp.Topic)
 		if _, err := p.meta.Topic(tp.Topic); err != nil {

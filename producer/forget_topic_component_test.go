@@ -216,3 +216,22 @@ func TestDroppedTopicRecreatedInTransactionAborts(t *testing.T) {
 		t.Fatalf("record b of the aborted transaction acknowledged at offset %d", r.Offset)
 	}
 }
+
+// A Produce to a topic the producer holds nothing of that metadata does
+// not know (deleted, and its state dropped; or never created) fails at
+// MetadataWait and leaves no watch behind: watched until Close, each such
+// topic was asked about by every refresh and never became a tombstone.
+func TestProduceToMissingTopicLeavesNoWatch(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c, producer.MetadataWait(300*time.Millisecond))
+	ctx := testCtx(t, 20*time.Second)
+	for i := range 3 {
+		err := p.Produce(ctx, &producer.Record{Topic: fmt.Sprintf("missing-%d", i), Value: []byte("v")}, nil)
+		if !stderrors.Is(err, errors.ErrMetadataTimeout) {
+			t.Fatalf("produce to a missing topic: %v; want ErrMetadataTimeout", err)
+		}
+	}
+	if got := producer.TopicStateSizes(p); got["watching"] != 0 || got["watched"] != 0 || got["parts"] != 0 {
+		t.Fatalf("after produces to missing topics failed: %v", got)
+	}
+}

@@ -662,9 +662,14 @@ func (p *Producer) topic(ctx context.Context, name string, need int32) (int32, [
 		return sh.partitions, sh.id, nil
 	}
 	if _, ok := p.watched.Load(name); !ok {
-		p.mu.Lock()
-		p.watchLocked(name)
-		p.mu.Unlock()
+		// A topic the producer holds no partition state of: watched
+		// for this lookup only. The producer's own watch starts with
+		// the topic's first partition state (pstateLocked) and ends
+		// when it is dropped (dropGoneLocked): a lookup that fails
+		// (a topic deleted, or never created) leaves no watch behind,
+		// which the refresher would ask about for good.
+		unwatch := p.meta.Watch(name)
+		defer unwatch()
 	}
 	t, v, err := p.meta.TopicAt(name)
 	if err != nil || len(t.Partitions) < int(need) {
@@ -695,9 +700,9 @@ func (p *Producer) topic(ctx context.Context, name string, need int32) (int32, [
 	return int32(len(t.Partitions)), t.ID, nil
 }
 
-// watchLocked makes the producer watch topic, if it does not already: until
-// Close, or until the topic is deleted and its state dropped
-// (dropGoneLocked).
+// watchLocked makes the producer watch topic, if it does not already: from
+// its first partition state (pstateLocked) until Close, or until the topic
+// is deleted and its state dropped (dropGoneLocked).
 func (p *Producer) watchLocked(name string) {
 	if _, ok := p.watching[name]; !ok && !p.closed {
 		p.watching[name] = p.meta.Watch(name)
