@@ -41,6 +41,9 @@ type Refresher struct {
 	closed   bool
 	stats    Stats
 	served   uint64 // stats.RoundTrips of the latest round trip whose answer was merged
+	// released: when a round trip last asked about the released topics
+	// (requestLocked), on the refresher's clock.
+	released time.Time
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -88,6 +91,7 @@ func NewRefresher(req kmsg.Requestor, opts ...Opt) *Refresher {
 		done:     make(chan struct{}),
 	}
 	r.cur.Store(emptyState())
+	r.released = c.clock.Now()
 	r.wg.Add(1)
 	go r.run()
 	return r
@@ -122,8 +126,8 @@ func (r *Refresher) Close() {
 // the cache holds no partition of triggers a refresh. Interest is counted:
 // the returned function releases this call's interest (once; later calls
 // do nothing). A released topic stays cached, with its epochs, and is
-// asked about only by the periodic refresh (MaxAge), so that its deletion
-// is found, and while its removal is under way; once it has no partitions
+// asked about once per MaxAge (by the periodic refresh, or by the first
+// round trip MaxAge after one last asked), so that its deletion is found, and while its removal is under way; once it has no partitions
 // (removed after Confirmations answers called it unknown, or never
 // answered with any) and no one watches it, only a bounded tombstone of
 // it is kept (its topic ID and its partitions' epoch floors, so that a
@@ -532,7 +536,16 @@ func (r *Refresher) roundTrip() (end time.Time, changed, triggered bool, err err
 	}
 	waiters := r.waiters
 	r.waiters = nil
-	req, all := r.requestLocked(reasons)
+	// The periodic refresh asks about the released topics, and so does
+	// any round trip once MaxAge passed since one last did: triggered
+	// round trips coming more often than MaxAge put the periodic one off
+	// for as long as they come.
+	now := r.cfg.clock.Now()
+	released := reasons&ReasonMaxAge != 0 || (r.cfg.maxAge > 0 && !now.Before(r.released.Add(r.cfg.maxAge)))
+	if released {
+		r.released = now
+	}
+	req, all := r.requestLocked(released)
 	r.stats.RoundTrips++
 	trip := r.stats.RoundTrips
 	r.mu.Unlock()
@@ -637,11 +650,12 @@ func (r *Refresher) wantedLocked(topic string) bool { return r.interest[topic] >
 // requestLocked builds the Metadata request for the current interest, and
 // for the cached topics no one watches that are not settled yet: one whose
 // removal is under way (merge rule 8) is asked about until it is removed
-// or answered again, and the periodic refresh (reasons ReasonMaxAge) asks
-// about every one that has partitions cached. A topic released while it
-// existed and deleted since would otherwise keep its partitions cached for
-// good; so it is found gone within MaxAge and kept as a tombstone only.
-func (r *Refresher) requestLocked(reasons Reason) (*kmsg.MetadataRequest, bool) {
+// or answered again, and, when released is set (the periodic refresh, or
+// the first round trip MaxAge after one last did), every one that has
+// partitions cached. A topic released while it existed and deleted since
+// would otherwise keep its partitions cached for good; so it is found gone
+// within MaxAge and kept as a tombstone only.
+func (r *Refresher) requestLocked(released bool) (*kmsg.MetadataRequest, bool) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.AllowAutoTopicCreation = false
 	if r.all > 0 {
@@ -653,7 +667,7 @@ func (r *Refresher) requestLocked(reasons Reason) (*kmsg.MetadataRequest, bool) 
 		names = append(names, t)
 	}
 	for t, ts := range r.cur.Load().topics {
-		if r.interest[t] == 0 && (ts.removing(r.cfg.confirmations) || (reasons&ReasonMaxAge != 0 && len(ts.Partitions) > 0)) {
+		if r.interest[t] == 0 && (ts.removing(r.cfg.confirmations) || (released && len(ts.Partitions) > 0)) {
 			names = append(names, t)
 		}
 	}

@@ -306,3 +306,36 @@ func TestRefresherReleasedTopicFoundGone(t *testing.T) {
 		t.Fatalf("the next periodic refresh asked for %v, want [w]: a tombstone is not asked about", got)
 	}
 }
+
+// A released topic is asked about at least once per MaxAge also while
+// triggered round trips keep coming more often than that (a producer's
+// leaderless partition triggers one every retry backoff): each of them
+// put the periodic refresh off again, and the released topic was never
+// asked about, so never found gone.
+func TestRefresherReleasedTopicAskedUnderTriggers(t *testing.T) {
+	r, fc, clock := newTestRefresher(t, Backoff(0, 0), Confirmations(3), MaxAge(time.Minute))
+	fc.set("t", id(1), fakePartition{leader: 1, epoch: 4})
+	fc.set("w", id(2), fakePartition{leader: 1, epoch: 0})
+	defer r.Watch("w")()
+	unwatch := r.Watch("t")
+	if err := r.Refresh(ctxBg, 0); err != nil {
+		t.Fatal(err)
+	}
+	unwatch()
+	n := fc.callCount()
+	for range 5 { // 150 s of round trips 30 s apart
+		clock.Advance(30 * time.Second)
+		if err := r.Refresh(ctxBg, ReasonWait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := 0
+	for i := n; i < fc.callCount(); i++ {
+		if slices.Contains(fc.call(i).topics, "t") {
+			asked++
+		}
+	}
+	if asked < 2 {
+		t.Fatalf("in 150 s of triggered round trips the released topic was asked about %d times, want one per minute", asked)
+	}
+}
