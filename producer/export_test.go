@@ -83,7 +83,7 @@ func LedgerRangesLocked(p *Producer, topic string, partition int32) []AckedRange
 // RecordAckLocked records an acknowledged range in p's ack ledger, as an
 // acknowledgement does. Under HoldLock.
 func RecordAckLocked(p *Producer, topic string, partition int32, r AckedRange) error {
-	return p.ledger.Record(TopicPartition{topic, partition}, r)
+	return p.recordAckLocked(TopicPartition{topic, partition}, r)
 }
 
 // LedgerLeaderEpoch is the highest leader epoch p's ack ledger has seen

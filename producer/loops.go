@@ -39,7 +39,7 @@ func (p *Producer) applyLocked(d Decision) {
 			continue
 		}
 		if a.BaseOffset >= 0 {
-			_ = p.ledger.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records), LeaderEpoch: b.epoch,
+			_ = p.recordAckLocked(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records), LeaderEpoch: b.epoch,
 				Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence})
 		}
 		if a.AfterFailure {
@@ -461,6 +461,24 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 	p.mu.Unlock()
 }
 
+// recordAckLocked records an acknowledged range in the ack ledger and
+// queues the check the ledger asks for at once: one for a range recorded
+// under a leader epoch older than the newest it has seen (the metadata the
+// batch was sent with lagged), which no outstanding check covers.
+func (p *Producer) recordAckLocked(tp TopicPartition, r AckedRange) error {
+	res, err := p.ledger.Record(tp, r)
+	if err != nil {
+		return err
+	}
+	if res.Next != nil {
+		p.queueLedgerLocked(ledgerTask{query: res.Next})
+	}
+	if res.Probe != nil {
+		p.queueLedgerLocked(ledgerTask{probe: res.Probe})
+	}
+	return nil
+}
+
 // reportLedgerLocked queues res's reports for OnAckedWritesLost.
 func (p *Producer) reportLedgerLocked(res CheckResult) {
 	if fn := p.cfg.onAckedLoss; fn != nil {
@@ -678,7 +696,7 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 	for it.Next() {
 		h := it.Batch().Header
 		out.Batches = append(out.Batches, ProbedBatch{BaseOffset: h.BaseOffset, LastOffset: h.LastOffset(), LeaderEpoch: h.PartitionLeaderEpoch,
-			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
+			ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence, CRC: h.CRC})
 	}
 	return out, it.Err()
 }

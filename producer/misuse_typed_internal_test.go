@@ -108,8 +108,10 @@ func TestMisuseTyped(t *testing.T) {
 		{AckedRange{From: 4, To: 4, LeaderEpoch: 0}, "[4, 4)"},
 		{AckedRange{From: 5, To: 2, LeaderEpoch: 0}, "[5, 2)"},
 		{AckedRange{From: 0, To: 2, LeaderEpoch: -1}, "epoch -1"},
+		{AckedRange{From: 0, To: 2, LeaderEpoch: 0, Producer: NoProducerID, TailFrom: 2, HasTailCRC: true}, "tail batch offset 2"},
 	} {
-		wantTyped(t, "AckLedger.Record", l.Record(tp0, tc.r), kerrors.ErrInvalidArgument, "AckLedger.Record", "argument r", tc.name)
+		_, err := l.Record(tp0, tc.r)
+		wantTyped(t, "AckLedger.Record", err, kerrors.ErrInvalidArgument, "AckLedger.Record", "argument r", tc.name)
 	}
 	if got := l.Ranges(tp0); len(got) != 0 {
 		t.Fatalf("refused ranges recorded: %v", got)

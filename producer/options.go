@@ -294,13 +294,15 @@ func OnOutcome(fn func(Outcome)) Opt { return optFunc(func(c *cfg) { c.onOutcome
 // backoff growing from RetryBackoff: about 21 s by default). Acknowledged
 // writes nothing was reported for after a leader change were verified in
 // the new leader's log (or the check was superseded by a later leader
-// change, whose check covers them). An idempotent producer's check costs
-// one OffsetForLeaderEpoch and one small fetch per partition when nothing
-// was lost; records without a producer identity (a non-idempotent
-// producer) cannot be found in the log, so those acknowledged since the
-// previous leader change are reported Unconfirmed at each one, unless they
-// lie past the new leader's log end (reported lost). It runs on the
-// producer's callback goroutine (see Produce).
+// change, whose check covers them). A check costs one OffsetForLeaderEpoch
+// and one small fetch per partition when nothing was lost. Records without
+// a producer identity (a non-idempotent producer) are found in the log by
+// their batch's offsets and CRC; a broker that rewrites batches
+// (recompressing them for a topic compression.type other than the
+// producer's, or setting LogAppendTime) changes the CRC, and such records
+// acknowledged since the previous leader change are reported Unconfirmed
+// at each one, unless they lie past the new leader's log end (reported
+// lost). It runs on the producer's callback goroutine (see Produce).
 func OnAckedWritesLost(fn func(AckedWritesLost)) Opt {
 	return optFunc(func(c *cfg) { c.onAckedLoss = fn })
 }

@@ -30,6 +30,16 @@ type AckedRange struct {
 	// Producer and FirstSequence identify the records (for Probe).
 	Producer      ProducerID
 	FirstSequence int32
+	// TailFrom and TailCRC identify, when HasTailCRC is set, a range
+	// without a producer identity (for Probe): its newest batch holds
+	// [TailFrom, To) and the CRC-32C of its v2 header is TailCRC. The CRC
+	// covers the batch's attributes, last offset delta, timestamps,
+	// producer fields and records: everything but what the broker sets
+	// (base offset, partition leader epoch) and the length and magic.
+	// Record takes a TailFrom below From as From.
+	TailFrom   int64
+	TailCRC    uint32
+	HasTailCRC bool
 }
 
 // EpochQuery is an OffsetForLeaderEpoch question the ledger needs answered
@@ -59,7 +69,8 @@ type EpochEnd struct {
 //
 // A Tail probe reads only the one batch holding Offset (the broker returns
 // the batch containing the offset, and always at least one batch whatever
-// MaxBytes says): the newest acknowledged batch of one producer identity.
+// MaxBytes says): the newest acknowledged batch of one producer identity
+// (or of the ranges without one).
 // It needs no log end offset (ProbeResult.LogEndOffset may be -1) and a
 // small fetch suffices; when it does not confirm the identity's ranges,
 // the next Probe walks them.
@@ -80,6 +91,7 @@ type ProbedBatch struct {
 	ProducerID    int64
 	ProducerEpoch int16
 	BaseSequence  int32
+	CRC           uint32 // the header's CRC-32C
 }
 
 // ProbeResult is what a Probe's fetch found.
@@ -109,8 +121,9 @@ type AckedWritesLost struct {
 	// Unconfirmed: the range may be gone, but the leader's log cannot say
 	// (its epoch is not known to be its append epoch, so the epoch
 	// argument says nothing about it, and no batch header confirms it
-	// either way: records without a producer identity, or offsets in a
-	// gap compaction may have left). It is no longer tracked; the
+	// either way: records without a producer identity whose newest batch
+	// is not found as acknowledged, or offsets in a gap compaction may
+	// have left). It is no longer tracked; the
 	// application decides what to check.
 	Unconfirmed bool
 	// Untracked (with Unconfirmed): the range is offsets whose
@@ -138,8 +151,9 @@ type CheckResult struct {
 	// Unconfirmed are ranges on an inexact epoch (or that an answer
 	// could not place) that a probe could not confirm either way because
 	// they carry no producer identity (records of a non-idempotent
-	// producer), or because their offsets lie in a gap (compaction) that
-	// nothing of theirs follows. They may be lost; they are no longer
+	// producer) and their newest batch was not found with its CRC, or
+	// because their offsets lie in a gap (compaction) that nothing of
+	// theirs follows. They may be lost; they are no longer
 	// tracked. Each has Unconfirmed set. From AbandonQuery
 	// and AbandonProbe: the ranges a check that could not be made was to
 	// verify, each with Err set too.
@@ -147,8 +161,8 @@ type CheckResult struct {
 	// Unknown: the answer could not settle anything by epochs ((-1, -1),
 	// or an epoch above the one asked). The ranges it was about are
 	// probed (Probe: their batches looked for at their offsets, losses
-	// reported from what the probe finds; ranges without a producer
-	// identity reported Unconfirmed, or lost past the log end).
+	// reported from what the probe finds); ranges of a later epoch,
+	// recorded while the question was out, are asked about (Next).
 	Unknown bool
 	// Stale: the answer belongs to a query or probe that was superseded
 	// (a newer leader epoch was observed); it was ignored.
@@ -174,6 +188,9 @@ type ledgerEntry struct {
 	checked bool
 	// suspect: judged lost on an inexact epoch, waiting for a probe.
 	suspect bool
+	// rec orders the acknowledgements of the ranges without a producer
+	// identity: the Record call of the range's newest batch.
+	rec uint64
 }
 
 type ledgerPart struct {
@@ -244,10 +261,29 @@ const DefaultLedgerRanges = 1024
 // not confirm (not found, not ours, past the log end, or recorded under
 // another epoch) is walked from the identity's oldest suspect range, one
 // fetch per 4 MiB: the walk's cost is paid when something may be wrong.
-// Ranges without a producer identity have nothing to read: a probe reports
-// them Unconfirmed unless they lie past the log end, at every leader
-// change after their acknowledgement (a non-idempotent producer's
-// acknowledgements cost a probe and an Unconfirmed report each time).
+//
+// Ranges without a producer identity (a non-idempotent producer's) are
+// found by their newest batch instead: its base and last offsets and the
+// CRC of its header (AckedRange.TailCRC), which covers its records,
+// timestamps and producer fields but not what the broker sets. They count
+// as one identity for the tail probe, its tail the range acknowledged last;
+// found there under et, it confirms the earlier-acknowledged ranges
+// recorded under et below it (such a producer sends a partition's next
+// batch only once the previous one is answered, so acknowledgement order
+// is append order, which sequences give otherwise). The walk confirms such
+// a range by its own newest batch; without it, a range is lost from the
+// log end if it reaches past it, Unconfirmed below. A merged range
+// truncated within is reported in two parts, lost past the log end and
+// Unconfirmed before it (only its newest batch's CRC is kept). A broker
+// that rewrites batches (recompressing for the topic's compression.type,
+// or LogAppendTime) changes their CRC: their ranges are reported
+// Unconfirmed at each leader change, as without a CRC.
+//
+// A range recorded under a leader epoch older than the newest one observed
+// (acknowledged after the leader change was seen, by a batch sent before)
+// is checked as soon as it is recorded (Record returns the check) unless an
+// outstanding check covers it: it is not left for a leader change that may
+// not come.
 //
 // The ledger is bounded: beyond its limit the oldest ranges are forgotten
 // (Forgotten tells how far), and their loss can no longer be detected.
@@ -263,6 +299,7 @@ type AckLedger struct {
 	max    int
 	parts  map[TopicPartition]*ledgerPart
 	nextID uint64
+	recs   uint64 // Record calls
 }
 
 // NewAckLedger returns a ledger keeping at most maxRanges ranges per partition
@@ -292,27 +329,65 @@ func seqPlus(seq int32, n int64) int32 {
 
 // Record adds an acknowledged range (from an Ack with BaseOffset ≥ 0:
 // From = BaseOffset, To = BaseOffset + Records). A range that is empty,
-// starts at a negative offset or has a negative leader epoch is refused
-// with an error matching errors.ErrInvalidArgument.
-func (l *AckLedger) Record(tp TopicPartition, r AckedRange) error {
+// starts at a negative offset, has a negative leader epoch or a TailFrom at
+// or beyond To (with HasTailCRC) is refused with an error matching
+// errors.ErrInvalidArgument.
+//
+// A range recorded under a leader epoch older than the partition's highest
+// observed one (the client's metadata lagged when it was sent) is not known
+// to be in the current leader's log. When no outstanding check covers it,
+// the result holds the one that does: a Probe for an inexact range
+// (CheckResult.Probe; while a probe is outstanding the range waits for its
+// continuation), an OffsetForLeaderEpoch question for an exact one
+// (CheckResult.Next). Otherwise the result is empty.
+func (l *AckLedger) Record(tp TopicPartition, r AckedRange) (CheckResult, error) {
+	var res CheckResult
 	switch {
 	case r.From < 0:
-		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) starts at a negative offset", r.From, r.To))
+		return res, invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) starts at a negative offset", r.From, r.To))
 	case r.To <= r.From:
-		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) is empty", r.From, r.To))
+		return res, invalidArgument("AckLedger.Record", "r", fmt.Sprintf("range [%d, %d) is empty", r.From, r.To))
 	case r.LeaderEpoch < 0:
-		return invalidArgument("AckLedger.Record", "r", fmt.Sprintf("leader epoch %d is negative", r.LeaderEpoch))
+		return res, invalidArgument("AckLedger.Record", "r", fmt.Sprintf("leader epoch %d is negative", r.LeaderEpoch))
+	case r.HasTailCRC && r.TailFrom >= r.To:
+		return res, invalidArgument("AckLedger.Record", "r", fmt.Sprintf("tail batch offset %d is not in the range [%d, %d)", r.TailFrom, r.From, r.To))
+	}
+	if !r.HasTailCRC || r.Producer.Valid() {
+		r.TailFrom, r.TailCRC, r.HasTailCRC = 0, 0, false
+	} else if r.TailFrom < r.From {
+		r.TailFrom = r.From
 	}
 	p := l.part(tp)
-	e := &ledgerEntry{AckedRange: r, presentIn: r.LeaderEpoch}
+	l.recs++
+	e := &ledgerEntry{AckedRange: r, presentIn: r.LeaderEpoch, rec: l.recs}
 	e.checked = r.LeaderEpoch >= p.leaderEpoch
-	if n := len(p.entries); n > 0 {
+	// Unchecked on arrival: judged at once unless a check outstanding
+	// covers it. An inexact range waits for the outstanding probe's
+	// continuation, or for the outstanding question (which makes it a
+	// suspect), or is probed now; an exact one waits for the outstanding
+	// question (or its Next), or is asked about now.
+	probeNow := false
+	if !e.checked && !r.EpochExact && (p.probe != nil || p.query == nil) {
+		e.suspect = true
+		probeNow = p.probe == nil
+		if !l.hasSuspect(p, r.Producer) {
+			// Its identity's tail was read since the leader change,
+			// and nothing of it waits: read this one's tail too.
+			delete(p.walk, r.Producer)
+		}
+	}
+	askNow := !e.checked && r.EpochExact && p.query == nil
+	if n := len(p.entries); n > 0 && !e.suspect {
 		last := p.entries[n-1]
 		if last.To == r.From && last.LeaderEpoch == r.LeaderEpoch && last.EpochExact == r.EpochExact &&
-			last.Producer == r.Producer && seqPlus(last.FirstSequence, last.To-last.From) == r.FirstSequence &&
+			last.Producer == r.Producer && (!r.Producer.Valid() || seqPlus(last.FirstSequence, last.To-last.From) == r.FirstSequence) &&
 			last.presentIn == e.presentIn && last.checked == e.checked && !last.suspect {
 			last.To = r.To
-			return nil
+			last.TailFrom, last.TailCRC, last.HasTailCRC, last.rec = r.TailFrom, r.TailCRC, r.HasTailCRC, e.rec
+			if askNow {
+				res.Next = l.askNext(tp, p)
+			}
+			return res, nil
 		}
 	}
 	i := sort.Search(len(p.entries), func(i int) bool { return p.entries[i].From > r.From })
@@ -329,7 +404,31 @@ func (l *AckLedger) Record(tp TopicPartition, r AckedRange) error {
 		p.entries[0] = nil
 		p.entries = p.entries[1:]
 	}
+	if askNow {
+		res.Next = l.askNext(tp, p)
+	}
+	if probeNow {
+		res.Probe = l.nextProbe(tp, p)
+	}
+	return res, nil
+}
+
+// askNext is nextQuery's question as CheckResult.Next.
+func (l *AckLedger) askNext(tp TopicPartition, p *ledgerPart) *EpochQuery {
+	if q, ok := l.nextQuery(tp, p); ok {
+		return &q
+	}
 	return nil
+}
+
+// hasSuspect reports whether a range of id waits for a probe.
+func (l *AckLedger) hasSuspect(p *ledgerPart, id ProducerID) bool {
+	for _, e := range p.entries {
+		if e.suspect && e.Producer == id {
+			return true
+		}
+	}
+	return false
 }
 
 // Ranges returns the ranges the ledger holds for tp, in offset order.
@@ -442,16 +541,18 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	if a < 0 || end < 0 || a > q.Epoch {
 		// The leader cannot place the epoch: the epoch argument says
 		// nothing, and the whole of the epoch's writes may be gone. The
-		// ranges are checked at their offsets instead (a Probe): those
-		// without a producer identity are reported Unconfirmed by it
-		// (lost if past the log end), not left waiting in silence for
-		// a leader change that may not come.
+		// ranges are checked at their offsets instead (a Probe), not
+		// left waiting in silence for a leader change that may not
+		// come.
 		res.Unknown = true
 		for _, e := range p.entries {
 			if !e.checked && !e.suspect && e.LeaderEpoch <= q.Epoch {
 				e.suspect = true
 			}
 		}
+		// Ranges of a later epoch, recorded while q was out, are asked
+		// about next.
+		res.Next = l.askNext(q.TP, p)
 		res.Probe = l.nextProbe(q.TP, p)
 		return res
 	}
@@ -467,6 +568,7 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 		if from > e.From {
 			head := *e
 			head.To = from
+			head.TailFrom, head.TailCRC, head.HasTailCRC = 0, 0, false // not its newest batch
 			l.survive(&head, cur, anchors)
 			kept = append(kept, &head)
 			e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
@@ -553,7 +655,10 @@ func (l *AckLedger) nextProbe(tp TopicPartition, p *ledgerPart) *Probe {
 		if first == nil {
 			first = e
 		}
-		if e.Producer.Valid() && !p.walk[e.Producer] && (tail == nil || e.Producer == tail.Producer && e.To > tail.To) {
+		if !tailable(e) || p.walk[e.Producer] {
+			continue
+		}
+		if tail == nil || e.Producer == tail.Producer && newer(e, tail) {
 			tail = e
 		}
 	}
@@ -567,6 +672,21 @@ func (l *AckLedger) nextProbe(tp TopicPartition, p *ledgerPart) *Probe {
 	}
 	p.probe = &pr
 	return &pr
+}
+
+// tailable reports whether a tail probe can find e: by its producer
+// identity and sequence, or (without an identity) by its newest batch's
+// offsets and CRC.
+func tailable(e *ledgerEntry) bool { return e.Producer.Valid() || e.HasTailCRC }
+
+// newer reports whether e is a newer acknowledgement than t, of the same
+// identity: by offset for a producer identity (its sequences follow its
+// offsets in one log), by acknowledgement order without one.
+func newer(e, t *ledgerEntry) bool {
+	if e.Producer.Valid() {
+		return e.To > t.To
+	}
+	return e.rec > t.rec
 }
 
 // applyTail applies a tail probe's fetch: the batch holding pr.Offset, the
@@ -586,7 +706,7 @@ func (l *AckLedger) applyTail(pr Probe, r ProbeResult, p *ledgerPart) CheckResul
 	p.walk[id] = true
 	var tail *ledgerEntry
 	for _, e := range p.entries {
-		if e.suspect && e.Producer == id && e.To-1 == pr.Offset {
+		if e.suspect && e.Producer == id && e.To-1 == pr.Offset && tailable(e) && (tail == nil || newer(e, tail)) {
 			tail = e
 		}
 	}
@@ -597,7 +717,7 @@ func (l *AckLedger) applyTail(pr Probe, r ProbeResult, p *ledgerPart) CheckResul
 		return res
 	}
 	b := findBatch(r.Batches, pr.Offset)
-	if b == nil || !ownedBy(b, tail, pr.Offset) {
+	if b == nil || !isTail(b, tail) {
 		// Gone, or not where it was acknowledged, or not read (past
 		// the high watermark): the walk tells.
 		res.Probe = l.nextProbe(pr.TP, p)
@@ -620,12 +740,15 @@ func (l *AckLedger) applyTail(pr Probe, r ProbeResult, p *ledgerPart) CheckResul
 			if from := max(b.BaseOffset, e.From); from > e.From {
 				head := *e
 				head.To = from
+				head.TailFrom, head.TailCRC, head.HasTailCRC = 0, 0, false
 				kept = append(kept, &head)
-				e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
+				if e.Producer.Valid() {
+					e.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
+				}
 				e.From = from
 			}
 			confirm(e)
-		case e.LeaderEpoch == et && e.To <= tail.From && seqBefore(e, tail):
+		case e.LeaderEpoch == et && e.To <= tail.From && before(e, tail):
 			confirm(e)
 		}
 		kept = append(kept, e)
@@ -634,6 +757,31 @@ func (l *AckLedger) applyTail(pr Probe, r ProbeResult, p *ledgerPart) CheckResul
 	p.entries = kept
 	res.Probe = l.nextProbe(pr.TP, p)
 	return res
+}
+
+// isTail reports whether b, the batch holding t's last offset, is t's
+// newest batch: with t's producer identity and the sequence acknowledged
+// there, or (without an identity) at t's newest batch's offsets with its
+// CRC. A broker that rewrites a batch (recompressing it for the topic's
+// compression.type, or setting LogAppendTime timestamps) changes its CRC:
+// such a tail is not confirmed, and the walk reports it Unconfirmed.
+func isTail(b *ProbedBatch, t *ledgerEntry) bool {
+	if t.Producer.Valid() {
+		return ownedBy(b, t, t.To-1)
+	}
+	return t.HasTailCRC && b.BaseOffset == t.TailFrom && b.LastOffset == t.To-1 && b.CRC == t.TailCRC
+}
+
+// before reports whether e was appended before t, both of one identity, if
+// both were appended under one leader epoch: by sequence for a producer
+// identity (seqBefore); without one by acknowledgement order, which is
+// append order: a non-idempotent producer sends a partition's next batch
+// only once the previous one is answered.
+func before(e, t *ledgerEntry) bool {
+	if e.Producer.Valid() {
+		return seqBefore(e, t)
+	}
+	return e.rec < t.rec
 }
 
 // seqBefore reports whether e's sequences precede t's, as one producer
@@ -680,11 +828,43 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		// offset: the bound's dropped offsets below it may be gone too.
 		lowest, from := i == 0, e.From
 		if !e.Producer.Valid() {
-			// Nothing identifies the records: only the log end can
+			// No sequences: the newest batch found at its offsets
+			// with its CRC confirms the range (all of it if under
+			// the recorded epoch: its earlier batches were appended
+			// before it, by the same leader); only the log end can
 			// prove a loss.
-			if r.LogEndOffset >= 0 && e.From >= r.LogEndOffset {
+			tail := findBatch(r.Batches, e.To-1)
+			switch {
+			case tail != nil && isTail(tail, e):
+				c := *e
+				c.From = max(e.TailFrom, e.From)
+				c.LeaderEpoch, c.EpochExact = tail.LeaderEpoch, true
+				c.suspect, c.checked, c.presentIn = false, true, cur
+				kept = append(kept, &c)
+				if c.From > e.From && tail.LeaderEpoch == e.LeaderEpoch {
+					c.From = e.From
+				} else if c.From > e.From {
+					head := *e
+					head.To = c.From
+					res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))
+					if lowest {
+						l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+					}
+				}
+				continue
+			case r.LogEndOffset >= 0 && e.From >= r.LogEndOffset:
 				res.Lost = append(res.Lost, lost(pr.TP, e, cur))
-			} else {
+			case r.LogEndOffset >= 0 && e.To > r.LogEndOffset:
+				gone := *e
+				gone.From = r.LogEndOffset
+				res.Lost = append(res.Lost, lost(pr.TP, &gone, cur))
+				head := *e
+				head.To = r.LogEndOffset
+				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))
+			case e.HasTailCRC && tail == nil && batchAfter(r.Batches, e.To-1) == nil:
+				kept = append(kept, e) // not reached by this fetch
+				continue
+			default:
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
 			}
 			if lowest {

@@ -10,7 +10,7 @@ import (
 // offset minus seqBase.
 func rec(t *testing.T, l *AckLedger, from, to int64, epoch int32, exact bool) {
 	t.Helper()
-	if err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, EpochExact: exact,
+	if _, err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, EpochExact: exact,
 		Producer: pid, FirstSequence: int32(from)}); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestLedgerRecordCoalescesAndBounds(t *testing.T) {
 	if got := l.Ranges(tp0); len(got) != 2 || got[0].From != 10 || l.Forgotten(tp0) != 7 {
 		t.Fatalf("bounded ranges %+v, forgotten %d", got, l.Forgotten(tp0))
 	}
-	if err := l.Record(tp0, AckedRange{From: 5, To: 5, LeaderEpoch: 1}); err == nil {
+	if _, err := l.Record(tp0, AckedRange{From: 5, To: 5, LeaderEpoch: 1}); err == nil {
 		t.Fatal("empty range accepted")
 	}
 }
@@ -194,7 +194,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 		lost   bool
 	}{{true, 20, false}, {false, 20, false}, {false, 0, true}} {
 		l = NewAckLedger(0)
-		if err := l.Record(tp0, AckedRange{From: 0, To: 10, LeaderEpoch: 3, EpochExact: c.exact, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+		if _, err := l.Record(tp0, AckedRange{From: 0, To: 10, LeaderEpoch: 3, EpochExact: c.exact, Producer: NoProducerID, FirstSequence: -1}); err != nil {
 			t.Fatal(err)
 		}
 		q, _ = l.ObserveLeaderEpoch(tp0, 4)
@@ -330,7 +330,7 @@ func TestLedgerUnconfirmed(t *testing.T) {
 		lost   bool
 	}{{200, false}, {110, true}} {
 		l := NewAckLedger(0)
-		if err := l.Record(tp0, AckedRange{From: 120, To: 130, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+		if _, err := l.Record(tp0, AckedRange{From: 120, To: 130, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
 			t.Fatal(err)
 		}
 		q, _ := l.ObserveLeaderEpoch(tp0, 5)
@@ -582,7 +582,7 @@ func TestLedgerInexactSurvivorIsProbed(t *testing.T) {
 	// The same without a producer identity.
 	l = NewAckLedger(0)
 	l.ObserveLeaderEpoch(tp0, 3)
-	if err := l.Record(tp0, AckedRange{From: 10, To: 20, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
+	if _, err := l.Record(tp0, AckedRange{From: 10, To: 20, LeaderEpoch: 3, Producer: NoProducerID, FirstSequence: -1}); err != nil {
 		t.Fatal(err)
 	}
 	q, ok = l.ObserveLeaderEpoch(tp0, 5)
@@ -654,7 +654,7 @@ func skipTail(t *testing.T, l *AckLedger, r *CheckResult) {
 // recID records [from, to) for producer identity id with first sequence seq.
 func recID(t *testing.T, l *AckLedger, from, to int64, epoch int32, id ProducerID, seq int32) {
 	t.Helper()
-	if err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, Producer: id, FirstSequence: seq}); err != nil {
+	if _, err := l.Record(tp0, AckedRange{From: from, To: to, LeaderEpoch: epoch, Producer: id, FirstSequence: seq}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -681,10 +681,15 @@ func (d *mDriver) handle(dec Decision) {
 		if !d.exact && epoch > 0 && d.rng.Intn(2) == 0 {
 			epoch, exact = epoch-1, false // the client's metadata lagged
 		}
-		if err := d.led.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records),
-			LeaderEpoch: epoch, EpochExact: exact, Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence}); err != nil {
+		res, err := d.led.Record(a.TP, AckedRange{From: a.BaseOffset, To: a.BaseOffset + int64(a.Records),
+			LeaderEpoch: epoch, EpochExact: exact, Producer: a.Identity.Producer, FirstSequence: a.Identity.BaseSequence})
+		if err != nil {
 			d.fatalf("Record: %v", err)
 		}
+		if res.Next != nil || res.Probe != nil {
+			d.stats["record-check"]++
+		}
+		d.checkResult(m, res)
 		delete(d.batchRecs, a.Batch)
 		d.stats["ack"]++
 	}
@@ -1109,7 +1114,7 @@ func TestModelRandomized(t *testing.T) {
 	for _, k := range []string{"ack", "failed", "possible-duplicate", "resequenced", "proven-gap", "possible-gap",
 		"split", "bump", "new-producer-id", "acked-writes-lost", "probe", "unclean", "state-expiry", "retention",
 		"fenced-check", "stale-check", "recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack",
-		"deleted-answer", "deleted-check", "diverged"} {
+		"deleted-answer", "deleted-check", "diverged", "record-check"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}

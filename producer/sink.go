@@ -676,7 +676,11 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 			return
 		}
 		if p.cfg.acks != AcksNone && res.BaseOffset >= 0 {
-			_ = p.ledger.Record(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch, Producer: NoProducerID, FirstSequence: -1})
+			// Without a producer identity, the batch's CRC is what a
+			// probe can find it by.
+			crc, ok := recbatch.StoredCRC(b.encoded)
+			_ = p.recordAckLocked(b.tp, AckedRange{From: res.BaseOffset, To: res.BaseOffset + int64(len(b.recs)), LeaderEpoch: b.epoch,
+				Producer: NoProducerID, FirstSequence: -1, TailFrom: res.BaseOffset, TailCRC: crc, HasTailCRC: ok})
 		}
 		var dup Outcome
 		if b.maybe {

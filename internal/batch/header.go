@@ -208,3 +208,13 @@ func finish(b []byte) {
 	binary.BigEndian.PutUint32(b[offLength:], uint32(len(b)-LogOverhead))
 	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
 }
+
+// StoredCRC returns the CRC-32C stored in the header of the v2 batch that b
+// begins with (as encoded, not verified), and false if b is too short or
+// not v2.
+func StoredCRC(b []byte) (uint32, bool) {
+	if len(b) < HeaderSize || b[offMagic] != Magic {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(b[offCRC:]), true
+}

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"bytes"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -387,5 +388,31 @@ func TestReuseInvalidates(t *testing.T) {
 		if got := string(v); (got == "first") != retain {
 			t.Fatalf("retain %v: first value reads %q after the next batch", retain, got)
 		}
+	}
+}
+
+// StoredCRC reads the CRC a batch was encoded with; it refuses what is not
+// a whole v2 header.
+func TestStoredCRC(t *testing.T) {
+	b := NewBuilder(nil)
+	b.Reset(DefaultSpec())
+	if err := b.Append(1, []byte("k"), []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := StoredCRC(enc)
+	if want := crc32.Checksum(enc[offAttributes:], castagnoli); !ok || got != want {
+		t.Fatalf("StoredCRC %#x %v; want %#x", got, ok, want)
+	}
+	if _, ok := StoredCRC(enc[:HeaderSize-1]); ok {
+		t.Fatal("short header accepted")
+	}
+	bad := append([]byte(nil), enc...)
+	bad[offMagic] = 1
+	if _, ok := StoredCRC(bad); ok {
+		t.Fatal("magic 1 accepted")
 	}
 }
