@@ -151,10 +151,13 @@ func TestTxnCommitRetryRefusedOutcomeUnknown(t *testing.T) {
 		opts     []producer.Opt
 		first    func(c *kfake.Cluster) (kmsg.Response, error, bool)
 	}{
-		{"answered late", "txn-commit-refused", []producer.Opt{producer.RequestTimeout(200 * time.Millisecond)},
+		// RequestTimeout leaves the requests before the commit room on a
+		// loaded machine (at 200ms one of them timed out once under the
+		// whole suite); the EndTxn's answer comes well after it.
+		{"answered late", "txn-commit-refused", []producer.Opt{producer.RequestTimeout(time.Second)},
 			func(c *kfake.Cluster) (kmsg.Response, error, bool) {
 				// Applied, but answered after the client gave up.
-				c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
+				c.SleepControl(func() { time.Sleep(2 * time.Second) })
 				return nil, nil, false
 			}},
 		{"resent by the transport", "txn-commit-dropped", nil,
