@@ -776,13 +776,14 @@ func (s *Sequencer) Forget(topicID [16]byte, tps ...TopicPartition) bool {
 			return false
 		}
 	}
+	gone := make(map[*partition]bool, len(tps))
 	for _, tp := range tps {
 		p := s.parts[tp]
 		if p == nil {
 			continue
 		}
 		delete(s.parts, tp)
-		s.order = slices.DeleteFunc(s.order, func(x *partition) bool { return x == p })
+		gone[p] = true
 		if s.forgot == nil {
 			s.forgot = make(map[TopicPartition]forgotten)
 		}
@@ -792,6 +793,10 @@ func (s *Sequencer) Forget(topicID [16]byte, tps ...TopicPartition) bool {
 		s.forgot[tp] = forgotten{topicID: topicID, owner: p.owner, nextSeq: p.nextSeq, lastAckedSeq: p.lastAckedSeq,
 			latestAckedSeq: p.latestAckedSeq, lastAckedOffset: p.lastAckedOffset, lastAckedSend: p.lastAckedSend,
 			lastAppend: p.lastAppend, inc: p.inc, byTopicID: p.byTopicID}
+	}
+	if len(gone) > 0 {
+		// One pass for all of them: a topic's partitions go together.
+		s.order = slices.DeleteFunc(s.order, func(x *partition) bool { return gone[x] })
 	}
 	s.trimForgotten()
 	return true
