@@ -128,3 +128,10 @@ func TopicStateSizes(p *Producer) map[string]int {
 	}
 	return out
 }
+
+// Flushing returns how many Flush calls wait (CommitTransaction's among them).
+func Flushing(p *Producer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flushing
+}

@@ -85,7 +85,16 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 	// (none can come meanwhile), as TxnState.Commit requires.
 	if st != TxnAbortableError && st != TxnFatalError {
 		if err := p.Flush(ctx); err != nil {
-			return err
+			p.mu.Lock()
+			closing := p.closed && err == p.closeErr
+			p.mu.Unlock()
+			if !closing {
+				return err
+			}
+			// Close began while the commit flushed: every record was
+			// reported (the flush waited for them) and Close waits for
+			// the commit, which txnOp runs, or, once the producer
+			// stopped, reports not committed (its records failed).
 		}
 	}
 	// Admitted before Close began: it runs to its end while Close waits.
@@ -180,10 +189,10 @@ func (p *Producer) txnOpEndedLocked() {
 
 // closedTxnErrLocked is the error of a transaction operation of kind
 // refused because the producer closed: a commit of an open transaction
-// did not commit (ErrAbortRequired and ErrClosed), anything else is
-// ErrClosed.
+// (abortable or not) did not commit (ErrAbortRequired and ErrClosed),
+// anything else is ErrClosed.
 func (p *Producer) closedTxnErrLocked(kind string) error {
-	if kind == "commit" && p.txn.State() == TxnInTransaction {
+	if st := p.txn.State(); kind == "commit" && (st == TxnInTransaction || st == TxnAbortableError) {
 		return fmt.Errorf("producer: %w: %w", ErrAbortRequired, p.closedErrLocked())
 	}
 	return p.closedErrLocked()

@@ -310,3 +310,48 @@ func TestTxnCloseWaitBoundedByDeliveryTimeout(t *testing.T) {
 		t.Fatalf("CommitTransaction stopped by Close while its EndTxn was unanswered: %v; want ErrClosed and ErrUnknownOutcome", err)
 	}
 }
+
+// Close with an ended context while CommitTransaction still flushes its
+// records (the records are held at the broker): the commit did not commit,
+// and says so as a commit stopped waiting for its records does
+// (ErrAbortRequired and ErrClosed). Its flush returned the producer's
+// close error and CommitTransaction returned it as it was: ErrClosed
+// alone, which says neither that it did not commit nor that it may have.
+// TestTxnCloseBeforeEndTxnSaysNotCommitted's "waiting for its records"
+// closes as soon as the commit's goroutine starts, mostly before the
+// flush began.
+func TestTxnCloseDuringCommitFlushSaysNotCommitted(t *testing.T) {
+	closedCtx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-close-flushing")
+	ctx := testCtx(t, 10*time.Second)
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	release, held := holdProduceSeen(c, 0)
+	defer release()
+	sendAsync(t, ctx, p, prec(0, "a"))
+	onWire(t, held)
+	ends := observe(c, kmsg.EndTxn)
+	committed := make(chan error, 1)
+	go func() { committed <- p.CommitTransaction(context.Background()) }()
+	// Produce is refused once the commit counts as under way, right
+	// before its flush.
+	eventually(t, 5*time.Second, "CommitTransaction begun", func() bool {
+		return errors.Is(p.Produce(ctx, prec(0, "late"), nil), producer.ErrTxnState)
+	})
+	eventually(t, 5*time.Second, "the commit's flush waiting", func() bool { return producer.Flushing(p) > 0 })
+	p.Close(closedCtx)
+	select {
+	case err := <-committed:
+		if !errors.Is(err, producer.ErrAbortRequired) || !errors.Is(err, errors.ErrClosed) || errors.Is(err, errors.ErrUnknownOutcome) {
+			t.Fatalf("CommitTransaction stopped by Close while flushing: %v; want ErrAbortRequired and ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("CommitTransaction still blocked 5s after Close returned")
+	}
+	if ends.Hits() != 0 {
+		t.Fatalf("EndTxn sent %d times", ends.Hits())
+	}
+}
