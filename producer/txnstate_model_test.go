@@ -397,11 +397,24 @@ func (d *txnDriver) answerCoordinator() {
 			delivery, res = NoResponse, nil
 			if !lostRequest && r.Producer == c.producer && d.rng.Intn(2) == 0 {
 				// The transport resent the applied request on a new
-				// connection, and the coordinator refused the resend.
+				// connection, and the coordinator refused the resend
+				// (for good, or to be sent again), or the resend could
+				// not be sent at all.
 				d.stats["add-resend-refused"]++
 				delivery, resent = Answered, true
-				for _, tp := range r.Partitions {
-					res = append(res, AddPartitionResult{TP: tp, Code: kerr.TransactionAbortable.Code})
+				switch d.rng.Intn(3) {
+				case 0:
+					for _, tp := range r.Partitions {
+						res = append(res, AddPartitionResult{TP: tp, Code: kerr.TransactionAbortable.Code})
+					}
+				case 1:
+					d.stats["add-resend-retriable"]++
+					for _, tp := range r.Partitions {
+						res = append(res, AddPartitionResult{TP: tp, Code: kerr.ConcurrentTransactions.Code})
+					}
+				default:
+					d.stats["add-resend-unsent"]++
+					delivery = NotSent
 				}
 			}
 		}
@@ -592,6 +605,11 @@ func (d *txnDriver) newIncarnation(tp TopicPartition) {
 	}
 	if doomed {
 		d.doomed[d.curTxn] = true
+		if before != TxnAbortableError && !d.tx.Holds(tp) {
+			// The producer would have dropped tp's state when its topic
+			// went, and taken the recreation for a first sighting.
+			d.fatalf("%v, acknowledged in transaction %d (%v), not held by it", tp, d.curTxn, before)
+		}
 	}
 	step := d.tx.NewIncarnation(tp)
 	a := step.Decision.Abortable
@@ -842,7 +860,7 @@ func TestTxnModelRandomized(t *testing.T) {
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
 		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
 		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed",
-		"add-resend-refused"} {
+		"add-resend-refused", "add-resend-retriable", "add-resend-unsent"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}
