@@ -388,7 +388,7 @@ func lookupRefusal(err error) (int16, bool) {
 // for every partition of req) from v4 (batched, KIP-890). kgo fills both
 // fields whatever the version (it converts one into the other), so reading
 // both counted every partition twice. A partition the answer leaves out is
-// added again (HandleAddPartitions).
+// added again (HandleAddPartitions), after the retry backoff (sendTxn).
 func addPartitionsResults(resp *kmsg.AddPartitionsToTxnResponse, req *AddPartitionsRequest) []AddPartitionResult {
 	var results []AddPartitionResult
 	if resp.Version <= 3 {
@@ -487,9 +487,19 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		} else {
 			results = addPartitionsResults(resp, r)
 		}
+		// Sent again after the backoff unless every partition was
+		// added: one the answer refused or left out (a broker's
+		// mistake, HandleAddPartitions adds it again) waits as a
+		// retriable refusal does, or the loop would send at once, as
+		// often as such answers come.
 		retry = d != Answered
+		added := make(map[TopicPartition]bool, len(results))
 		for _, r := range results {
 			retry = retry || r.Code != 0
+			added[r.TP] = added[r.TP] || r.Code == 0
+		}
+		for _, tp := range r.Partitions {
+			retry = retry || !added[tp]
 		}
 		p.mu.Lock()
 		step, herr = p.txn.HandleAddPartitions(d, results, resent)

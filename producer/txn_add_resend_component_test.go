@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,4 +102,41 @@ func TestTxnRefusedAddPartitionsResendAfterLostAnswer(t *testing.T) {
 	}
 	commitTxn(t, ctx, p, prec(0, "b"))
 	wantCommitted(t, c, "b")
+}
+
+// An AddPartitionsToTxn answer that leaves a requested partition out (a
+// broker's mistake) has the partition added again after the retry
+// backoff, as a refusal to be sent again does. The answer counted as
+// settled (no code to retry), so the transaction loop sent the request
+// again at once, and as long as the answers kept leaving it out, the
+// coordinator got requests as fast as it answered them.
+func TestTxnAddPartitionsLeftOutBacksOff(t *testing.T) {
+	c := newCluster(t, 1)
+	p, _ := newTxnProducer(t, c, "txn-add-left-out", producer.RetryBackoff(time.Hour))
+	ctx := testCtx(t, 10*time.Second)
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.AddPartitionsToTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		n.Add(1)
+		return req.ResponseKind(), nil, true // no partition in the answer
+	})
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	sendAsync(t, ctx, p, prec(0, "a"))
+	eventually(t, 5*time.Second, "AddPartitionsToTxn answered", func() bool { return n.Load() > 0 })
+	eventually(t, 5*time.Second, "the left-out partition queued to be added again", func() bool { return producer.TxnResendWaiting(p) })
+	for i := 0; i < 10; i++ {
+		if got := n.Load(); got != 1 {
+			t.Fatalf("AddPartitionsToTxn sent %d times; want once, then the retry backoff (an hour)", got)
+		}
+		if !producer.TxnResendWaiting(p) {
+			t.Fatal("the transaction loop no longer waits to send the add again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The record waits an hour for its partition: close as a crash does.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = p.Close(ended)
 }
