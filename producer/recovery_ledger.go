@@ -795,10 +795,12 @@ func seqBefore(e, t *ledgerEntry) bool {
 
 // ApplyProbe applies a probe's fetch. A suspect range whose records are found
 // at their offsets with their producer identity and sequences survived (its
-// epoch becomes exact); one whose offsets hold other records, or lie at or
-// beyond the log end, is lost from the first such offset; one below the log
-// start was removed by retention and is dropped without a report. Ranges the
-// fetch did not reach stay suspect and CheckResult.Probe continues from them.
+// epoch becomes exact); its offsets that hold other records, or lie at or
+// beyond the log end, are lost, each offset judged by the batch holding it;
+// offsets in a gap not proven compaction are Unconfirmed; offsets below the
+// log start were removed by retention and are dropped without a report.
+// Ranges the fetch did not reach stay suspect and CheckResult.Probe
+// continues from them.
 func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 	var res CheckResult
 	p := l.parts[pr.TP]
@@ -826,7 +828,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		}
 		// The oldest range held, lost (or possibly lost) from its first
 		// offset: the bound's dropped offsets below it may be gone too.
-		lowest, from := i == 0, e.From
+		lowest := i == 0
 		if !e.Producer.Valid() {
 			// No sequences: the newest batch found at its offsets
 			// with its CRC confirms the range (all of it if under
@@ -872,46 +874,93 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 			}
 			continue
 		}
-		// Walk the fetched batches over the range: confirmed runs become
-		// exact ranges (split where the append epoch changes).
+		// Walk the fetched batches over the range, judging each offset by
+		// the batch holding it: confirmed runs become exact ranges (split
+		// where the append epoch changes); offsets holding other records
+		// are lost, and the walk goes on past them (a later batch of the
+		// range may be there: a leader without the producer's state takes
+		// any sequence, so a merged range's batches can be in the log
+		// apart).
 		o := e.From
-		matched, gap := true, false
 		var confirmed []*ledgerEntry
+		part := func(from, to int64) *ledgerEntry {
+			c := *e
+			c.From, c.To = from, to
+			c.FirstSequence = seqPlus(e.FirstSequence, from-e.From)
+			return &c
+		}
+		// The range's previous report (index in Lost or Unconfirmed),
+		// which a contiguous one of the same kind extends.
+		lastIdx, lastMaybe := -1, false
+		report := func(from, to int64, maybe bool) {
+			list := &res.Lost
+			if maybe {
+				list = &res.Unconfirmed
+			}
+			if lastIdx >= 0 && lastMaybe == maybe && (*list)[lastIdx].To == from {
+				(*list)[lastIdx].To = to
+				return
+			}
+			if maybe {
+				*list = append(*list, unconfirmed(pr.TP, part(from, to), cur))
+			} else {
+				*list = append(*list, lost(pr.TP, part(from, to), cur))
+			}
+			lastIdx, lastMaybe = len(*list)-1, maybe
+			if lowest && from == e.From {
+				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+			}
+		}
 		for o < e.To {
 			b := findBatch(r.Batches, o)
 			if b == nil {
 				// No batch holds o, yet the fetch (which began at
 				// pr.Offset) went past it: a gap left by compaction.
 				// Our next batch at its offset with the continuing
-				// sequence proves the gap's records were there (the
-				// leader accepts a producer's sequences only
-				// contiguously); anything else cannot tell compaction
-				// from truncation.
+				// sequence proves the gap's records were there if its
+				// leader held the producer's state when it took it
+				// (it then takes sequences only contiguously): when
+				// the batch of ours just before the gap is under the
+				// same epoch (that leader took both, and its state
+				// was rebuilt from its log), or when it is under the
+				// epoch the range was recorded under (the gap's
+				// records were sent to that epoch's leader before it:
+				// see AckLedger's tail probe). Otherwise its leader may
+				// have held no state and taken any sequence, the
+				// gap's records gone; and anything else cannot tell
+				// compaction from truncation: the gap is Unconfirmed.
 				nb := batchAfter(r.Batches, o)
 				if nb == nil || o < pr.Offset {
+					if r.LogEndOffset >= 0 && o >= r.LogEndOffset {
+						report(o, e.To, false)
+						o = e.To
+					}
 					break // not reached
 				}
-				if nb.BaseOffset < e.To && ownedBy(nb, e, nb.BaseOffset) {
+				n := len(confirmed)
+				bracketed := n > 0 && confirmed[n-1].To == o && confirmed[n-1].LeaderEpoch == nb.LeaderEpoch
+				if nb.BaseOffset < e.To && ownedBy(nb, e, nb.BaseOffset) && (bracketed || nb.LeaderEpoch == e.LeaderEpoch) {
 					o = nb.BaseOffset
 					continue
 				}
-				gap = true
-				break
-			}
-			if !ownedBy(b, e, o) {
-				matched = false
-				break
+				stop := min(nb.BaseOffset, e.To)
+				report(o, stop, true)
+				o = stop
+				continue
 			}
 			stop := min(b.LastOffset+1, e.To)
+			if !ownedBy(b, e, o) {
+				report(o, stop, false)
+				o = stop
+				continue
+			}
 			if n := len(confirmed); n > 0 && confirmed[n-1].LeaderEpoch == b.LeaderEpoch && confirmed[n-1].To == o {
 				confirmed[n-1].To = stop
 			} else {
-				c := *e
-				c.From, c.To = o, stop
-				c.FirstSequence = seqPlus(e.FirstSequence, o-e.From)
+				c := part(o, stop)
 				c.LeaderEpoch, c.EpochExact = b.LeaderEpoch, true
 				c.suspect, c.checked, c.presentIn = false, true, cur
-				confirmed = append(confirmed, &c)
+				confirmed = append(confirmed, c)
 			}
 			o = stop
 		}
@@ -921,20 +970,6 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		}
 		e.FirstSequence = seqPlus(e.FirstSequence, o-e.From)
 		e.From = o
-		if gap {
-			res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
-			if lowest && o == from {
-				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
-			}
-			continue
-		}
-		if !matched || (r.LogEndOffset >= 0 && o >= r.LogEndOffset) {
-			res.Lost = append(res.Lost, lost(pr.TP, e, cur))
-			if lowest && o == from {
-				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
-			}
-			continue
-		}
 		kept = append(kept, e) // not reached by this fetch
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return kept[i].From < kept[j].From })

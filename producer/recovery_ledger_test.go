@@ -384,8 +384,9 @@ func TestLedgerProbeCompactionGapTerminates(t *testing.T) {
 }
 
 // TestLedgerProbeGapNotOurs: a gap that no batch of ours follows cannot be
-// told from a truncation (nor proven compaction): the range is given up as
-// Unconfirmed, never reported lost, never probed again.
+// told from a truncation (nor proven compaction): its offsets are given up
+// as Unconfirmed, never probed again; the offsets after it, holding another
+// producer's records, are lost.
 func TestLedgerProbeGapNotOurs(t *testing.T) {
 	l := NewAckLedger(0)
 	rec(t, l, 120, 130, 3, false)
@@ -398,11 +399,11 @@ func TestLedgerProbeGapNotOurs(t *testing.T) {
 	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{
 		{BaseOffset: 125, LastOffset: 150, LeaderEpoch: 5, ProducerID: 99, BaseSequence: 0},
 	}})
-	if len(r.Lost) != 0 || len(r.Unconfirmed) != 1 || r.Probe != nil || len(l.Ranges(tp0)) != 0 {
+	if got := lostRanges(r); !reflect.DeepEqual(got, [][2]int64{{125, 130}}) || len(r.Unconfirmed) != 1 || r.Probe != nil || len(l.Ranges(tp0)) != 0 {
 		t.Fatalf("gap followed by another producer's batch: %+v, ranges %+v", r, l.Ranges(tp0))
 	}
-	if u := r.Unconfirmed[0]; u.From != 120 || u.To != 130 || !u.Unconfirmed {
-		t.Fatalf("unconfirmed %+v; want [120, 130), marked Unconfirmed", u)
+	if u := r.Unconfirmed[0]; u.From != 120 || u.To != 125 || !u.Unconfirmed {
+		t.Fatalf("unconfirmed %+v; want [120, 125), marked Unconfirmed", u)
 	}
 }
 
@@ -763,5 +764,80 @@ func TestLedgerTailPerIdentity(t *testing.T) {
 	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, Batches: []ProbedBatch{batchOf(bumped, 60, 69, 0, 3)}})
 	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Probe != nil {
 		t.Fatalf("second identity: %+v; want nothing more", r)
+	}
+}
+
+// TestLedgerWalkMergedRangeSecondBatchFromStatelessLeader: two batches of one
+// identity acknowledged at contiguous offsets under one recorded epoch (5)
+// share a range, but the second was appended under a later epoch (7) by a
+// leader that held no state for the producer (its log had lost the first
+// batch to an unclean election, and it accepted the continuing sequence
+// anyway), the client's metadata lagging throughout. A third range is gone
+// too, so its tail probe fails and the walk reads the merged range. The
+// second batch is in the log: it must not be reported lost with the first;
+// and the first's offsets, compacted away, are no proof that the first batch
+// was there: its continuing batch came from a leader that would have taken
+// any sequence.
+func TestLedgerWalkMergedRangeSecondBatchFromStatelessLeader(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		head        []ProbedBatch // what the log holds at [0, 10)
+		second      int32         // the epoch the second batch was appended under
+		lost, uncon [][2]int64
+	}{
+		{"others' records where the first batch was", []ProbedBatch{{BaseOffset: 0, LastOffset: 9, LeaderEpoch: 6, ProducerID: 99}}, 7,
+			[][2]int64{{0, 10}, {25, 35}}, nil},
+		{"a compaction gap where the first batch was", nil, 7,
+			[][2]int64{{25, 35}}, [][2]int64{{0, 10}}},
+		// Appended under the epoch it was recorded under, the second
+		// batch proves the gap compaction: the first was sent to that
+		// epoch's leader before it.
+		{"a compaction gap, the second batch under the recorded epoch", nil, 5,
+			[][2]int64{{25, 35}}, nil},
+		// Our batch just before the gap and the one after it under one
+		// epoch: that leader took both, holding the producer's state,
+		// so the gap's records were there.
+		{"a compaction gap between two batches of ours under one epoch", []ProbedBatch{batchOf(pid, 0, 4, 0, 7)}, 7,
+			[][2]int64{{25, 35}}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := NewAckLedger(0)
+			recID(t, l, 0, 10, 5, pid, 0)
+			recID(t, l, 10, 20, 5, pid, 10) // merged with [0, 10)
+			recID(t, l, 25, 35, 5, pid, 20)
+			if got := l.Ranges(tp0); len(got) != 2 {
+				t.Fatalf("ranges %+v; want [0, 20) merged and [25, 35)", got)
+			}
+			q, ok := l.ObserveLeaderEpoch(tp0, 8)
+			q = mustQuery(t, q, ok, 5, 8)
+			r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 5, EndOffset: 0})
+			others := ProbedBatch{BaseOffset: 20, LastOffset: 39, LeaderEpoch: 8, ProducerID: 99}
+			if r.Probe == nil || !r.Probe.Tail || r.Probe.Offset != 34 {
+				t.Fatalf("answer: %+v; want a tail probe at 34", r)
+			}
+			r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: -1, Batches: []ProbedBatch{others}})
+			if r.Probe == nil || r.Probe.Tail || r.Probe.Offset != 0 {
+				t.Fatalf("tail missing: %+v; want a walk from 0", r)
+			}
+			batches := append(append([]ProbedBatch(nil), c.head...), batchOf(pid, 10, 19, 10, c.second), others)
+			r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 40, Batches: batches})
+			var uncon [][2]int64
+			for _, u := range r.Unconfirmed {
+				uncon = append(uncon, [2]int64{u.From, u.To})
+			}
+			if got := lostRanges(r); !reflect.DeepEqual(got, c.lost) || !reflect.DeepEqual(uncon, c.uncon) || r.Probe != nil {
+				t.Fatalf("walk: lost %v, unconfirmed %v, %+v; want lost %v, unconfirmed %v", got, uncon, r, c.lost, c.uncon)
+			}
+			got := l.Ranges(tp0)
+			if len(c.head) > 0 && c.head[0].ProducerID == pid.ID {
+				if len(got) == 0 || got[0].From != 0 || got[0].To != 5 || !got[0].EpochExact {
+					t.Fatalf("ranges %+v; want [0, 5) exact first", got)
+				}
+				got = got[1:]
+			}
+			if len(got) != 1 || got[0].From != 10 || got[0].To != 20 || !got[0].EpochExact || got[0].LeaderEpoch != c.second {
+				t.Fatalf("ranges %+v; want [10, 20) exact under %d", got, c.second)
+			}
+		})
 	}
 }
