@@ -863,8 +863,10 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 				head := *e
 				head.To = r.LogEndOffset
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))
-			case e.HasTailCRC && tail == nil && batchAfter(r.Batches, e.To-1) == nil:
-				kept = append(kept, e) // not reached by this fetch
+			case e.HasTailCRC && tail == nil && (e.To-1 < pr.Offset || batchAfter(r.Batches, e.To-1) == nil):
+				// Not reached by this fetch: below where it began
+				// (recorded while it was out), or past what it read.
+				kept = append(kept, e)
 				continue
 			default:
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))

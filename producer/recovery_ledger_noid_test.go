@@ -243,3 +243,44 @@ func TestLedgerRecordedDuringUnknownAnswer(t *testing.T) {
 		t.Fatalf("answer: %+v; want a probe and a question for epoch 3", r)
 	}
 }
+
+// TestLedgerNoIdentityRecordedBelowOutstandingWalk: a range without an
+// identity acknowledged (under a lagging epoch) while a walk is out, at
+// offsets below those the walk fetches from (the new leader's log was cut
+// below the older ranges, and took the batch there): the walk's fetch did not
+// read it, so it waits for the next probe, which confirms it; it is not
+// reported Unconfirmed because batches above it came back.
+func TestLedgerNoIdentityRecordedBelowOutstandingWalk(t *testing.T) {
+	const a, b = 0xaaaa, 0xbbbb
+	l := NewAckLedger(0)
+	recNoID(t, l, 100, 110, 5, a)
+	q, ok := l.ObserveLeaderEpoch(tp0, 7)
+	q = mustQuery(t, q, ok, 5, 7)
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: 5, EndOffset: 50})
+	if r.Probe == nil || !r.Probe.Tail || r.Probe.Offset != 109 {
+		t.Fatalf("answer: %+v; want a tail probe at 109", r)
+	}
+	others := noIDBatch(60, 199, 7, 0x1)
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: -1, Batches: []ProbedBatch{others}})
+	if r.Probe == nil || r.Probe.Tail || r.Probe.Offset != 100 {
+		t.Fatalf("tail missing: %+v; want a walk from 100", r)
+	}
+	walk := *r.Probe
+	if w := recNoID(t, l, 50, 60, 5, b); w.Probe != nil || w.Next != nil {
+		t.Fatalf("recorded while the walk is out: %+v; want it to wait", w)
+	}
+	r = l.ApplyProbe(walk, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{others}})
+	if got := unconfirmedRanges(r); !reflect.DeepEqual(got, [][2]int64{{100, 110}}) || len(r.Lost) != 0 {
+		t.Fatalf("walk from 100: %+v; want only [100, 110) unconfirmed", r)
+	}
+	if r.Probe == nil || r.Probe.Offset > 59 {
+		t.Fatalf("walk from 100: %+v; want a probe reading [50, 60)", r)
+	}
+	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 200, Batches: []ProbedBatch{noIDBatch(50, 59, 7, b), others}})
+	if len(r.Lost) != 0 || len(r.Unconfirmed) != 0 || r.Probe != nil {
+		t.Fatalf("probe of [50, 60): %+v; want it confirmed", r)
+	}
+	if got := l.Ranges(tp0); len(got) != 1 || got[0].From != 50 || !got[0].EpochExact {
+		t.Fatalf("ranges %+v; want [50, 60) exact", got)
+	}
+}
