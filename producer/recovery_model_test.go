@@ -877,7 +877,14 @@ func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
 			to = m.logStart // the new leader's log is empty: no producer state at all
 		}
 		if to < int64(len(m.log)) {
-			to = max(m.logStart, m.log[to].batchBase) // replicas hold whole batches
+			// Replicas hold whole batches: the new leader's log ends
+			// before the batch holding to, or after it when that batch
+			// holds the log start offset (a stale replica's batch
+			// may straddle the log start set by retention since).
+			to = m.log[to].batchBase
+			if to < m.logStart {
+				to = m.log[m.logStart].batchLast + 1
+			}
 		}
 		d.stats["unclean"]++
 	}
@@ -894,6 +901,9 @@ func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
 			d.stats["diverged"]++
 			to = int64(len(m.log))
 		}
+	}
+	if to < int64(len(m.log)) && m.log[to].batchBase != to {
+		d.fatalf("model: %v truncated to %d, inside batch %d-%d", m.tp, to, m.log[to].batchBase, m.log[to].batchLast)
 	}
 	m.newLeader(to)
 	d.seq.LeaderChanged(m.tp)
