@@ -15,6 +15,13 @@ import (
 // topicRequest sends one admin request about topic and wants no error.
 func topicRequest(t *testing.T, c *kfake.Cluster, create bool) [16]byte {
 	t.Helper()
+	return adminTopic(t, c, topic, create)
+}
+
+// adminTopic creates (one partition, returning its ID) or deletes the named
+// topic and wants no error.
+func adminTopic(t *testing.T, c *kfake.Cluster, name string, create bool) [16]byte {
+	t.Helper()
 	cl := oracle(t, c)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -22,21 +29,21 @@ func topicRequest(t *testing.T, c *kfake.Cluster, create bool) [16]byte {
 	if !create {
 		del := kmsg.NewPtrDeleteTopicsRequest()
 		dt := kmsg.NewDeleteTopicsRequestTopic()
-		dt.Topic = kmsg.StringPtr(topic)
-		del.TopicNames, del.Topics = []string{topic}, append(del.Topics, dt)
+		dt.Topic = kmsg.StringPtr(name)
+		del.TopicNames, del.Topics = []string{name}, append(del.Topics, dt)
 		resp, err := del.RequestWith(ctx, cl)
 		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-			t.Fatalf("DeleteTopics: %+v, %v", resp, err)
+			t.Fatalf("DeleteTopics %s: %+v, %v", name, resp, err)
 		}
 		return [16]byte{}
 	}
 	cr := kmsg.NewPtrCreateTopicsRequest()
 	ct := kmsg.NewCreateTopicsRequestTopic()
-	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 1, 1
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = name, 1, 1
 	cr.Topics = append(cr.Topics, ct)
 	resp, err := cr.RequestWith(ctx, cl)
 	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("CreateTopics: %+v, %v", resp, err)
+		t.Fatalf("CreateTopics %s: %+v, %v", name, resp, err)
 	}
 	return resp.Topics[0].TopicID
 }

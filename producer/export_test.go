@@ -135,3 +135,6 @@ func Flushing(p *Producer) int {
 	defer p.mu.Unlock()
 	return p.flushing
 }
+
+// WantTyped is wantTyped, for the external tests.
+var WantTyped = wantTyped

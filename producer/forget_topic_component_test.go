@@ -1,48 +1,17 @@
 package producer_test
 
 import (
-	"context"
 	stderrors "errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
 	"github.com/kepoch/kepoch/producer"
 )
-
-// adminTopic creates (one partition) or deletes the named topic and wants no
-// error.
-func adminTopic(t *testing.T, c *kfake.Cluster, name string, create bool) {
-	t.Helper()
-	cl := oracle(t, c)
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if !create {
-		del := kmsg.NewPtrDeleteTopicsRequest()
-		dt := kmsg.NewDeleteTopicsRequestTopic()
-		dt.Topic = kmsg.StringPtr(name)
-		del.TopicNames, del.Topics = []string{name}, append(del.Topics, dt)
-		resp, err := del.RequestWith(ctx, cl)
-		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-			t.Fatalf("DeleteTopics %s: %+v, %v", name, resp, err)
-		}
-		return
-	}
-	cr := kmsg.NewPtrCreateTopicsRequest()
-	ct := kmsg.NewCreateTopicsRequestTopic()
-	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = name, 1, 1
-	cr.Topics = append(cr.Topics, ct)
-	resp, err := cr.RequestWith(ctx, cl)
-	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("CreateTopics %s: %+v, %v", name, resp, err)
-	}
-}
 
 // A producer writing to many short-lived topics keeps nothing of a deleted
 // one once metadata confirmed its removal and its records are reported:

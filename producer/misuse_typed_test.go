@@ -1,7 +1,6 @@
 package producer_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -10,20 +9,8 @@ import (
 	"github.com/kepoch/kepoch/producer"
 )
 
-// wantRefused fails unless err matches sentinel and its message holds every
-// one of names (the option or argument, and the refused value).
-func wantRefused(t *testing.T, what string, err, sentinel error, names ...string) {
-	t.Helper()
-	if !errors.Is(err, sentinel) {
-		t.Errorf("%s: %v; want an error matching %v", what, err, sentinel)
-		return
-	}
-	for _, n := range names {
-		if !strings.Contains(err.Error(), n) {
-			t.Errorf("%s: %q does not name %q", what, err, n)
-		}
-	}
-}
+// wantRefused is the internal tests' wantTyped.
+var wantRefused = producer.WantTyped
 
 // TestOptionsValidated: every option New refuses gives an error matching
 // errors.ErrInvalidOption that names the option and the refused value.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -21,13 +22,7 @@ import (
 // and Flush return such an error at once.
 func TestSharedRefresherClosedUnderProducer(t *testing.T) {
 	c := newCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := sharedRefresher(t, c)
 	p := newProducer(t, c, producer.WithMetadata(r), producer.RequestTimeout(time.Second), producer.DeliveryTimeout(time.Minute))
 	ctx := testCtx(t, 30*time.Second)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
@@ -76,13 +71,7 @@ func TestSharedRefresherClosedUnderProducer(t *testing.T) {
 // everything with ErrClosed at once, whether or not the topic is cached.
 func TestClosedProducerOnSharedRefresher(t *testing.T) {
 	c := newCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := sharedRefresher(t, c)
 	p := newProducer(t, c, producer.WithMetadata(r))
 	ctx := testCtx(t, 30*time.Second)
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
@@ -121,31 +110,14 @@ func wantRefusedClosed(t *testing.T, ctx context.Context, p *producer.Producer, 
 // refresher, and looked as if the application had closed the producer).
 func TestTxnSendOffsetsAfterSharedRefresherClosed(t *testing.T) {
 	c := newCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := sharedRefresher(t, c)
 	p, _ := newTxnProducer(t, c, "offsets-refresher-closed", producer.WithMetadata(r))
 	ctx := testCtx(t, 10*time.Second)
 	if err := p.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	hold := make(chan struct{})
-	defer close(hold)
-	seen := make(chan struct{}, 1)
-	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		select {
-		case seen <- struct{}{}:
-		default:
-		}
-		c.SleepControl(func() { <-hold })
-		return nil, nil, false
-	})
+	seen := holdTxnOffsetCommits(t, c)
 	g := producer.GroupMetadata{GroupID: "g", GenerationID: -1}
 	done := make(chan error, 1)
 	go func() { done <- p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 1})) }()
@@ -172,4 +144,37 @@ func TestTxnSendOffsetsAfterSharedRefresherClosed(t *testing.T) {
 	if err := p.SendOffsetsToTransaction(ctx, g, txnOffsets(map[int32]int64{0: 2})); !errors.Is(err, stopErr) {
 		t.Fatalf("SendOffsetsToTransaction after the refresher's close: %v; want it to wrap %q", err, stopErr)
 	}
+}
+
+// sharedRefresher is a refresher of its own client for c, as an
+// application shares one with WithMetadata; both are closed when the test
+// ends.
+func sharedRefresher(t *testing.T, c *kfake.Cluster) *metadata.Refresher {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// holdTxnOffsetCommits holds every TxnOffsetCommit c receives until the test
+// ends; the channel it returns is signalled as they arrive.
+func holdTxnOffsetCommits(t *testing.T, c *kfake.Cluster) <-chan struct{} {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	seen := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		c.SleepControl(func() { <-hold })
+		return nil, nil, false
+	})
+	return seen
 }

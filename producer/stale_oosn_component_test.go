@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/metadata"
@@ -24,13 +23,7 @@ import (
 // holds every record once, in order.
 func TestStaleOutOfOrderAfterLeaderMoveIsNoGap(t *testing.T) {
 	c := newCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := sharedRefresher(t, c)
 	ctx := testCtx(t, 30*time.Second)
 	if _, _, err := r.WaitForTopic(ctx, topic); err != nil {
 		t.Fatal(err)

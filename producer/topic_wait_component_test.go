@@ -72,13 +72,7 @@ func TestProduceNotBlockedByLeaderlessPartition0(t *testing.T) {
 // refresher is shared (not closed with the producer).
 func TestCloseEndsProduceWaitingForTopic(t *testing.T) {
 	c := newCluster(t, 3)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := metadata.NewRefresher(cl, metadata.Backoff(10*time.Millisecond, 50*time.Millisecond))
-	defer r.Close()
+	r := sharedRefresher(t, c)
 	p, err := producer.New(producer.SeedBrokers(c.ListenAddrs()...), producer.WithMetadata(r))
 	if err != nil {
 		t.Fatal(err)

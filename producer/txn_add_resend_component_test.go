@@ -60,18 +60,7 @@ func TestTxnRefusedAddPartitionsResendAfterLostAnswer(t *testing.T) {
 		case 2: // the copy, applied by kfake
 			return nil, nil, false
 		case 3: // the transport's resend: refused
-			resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
-			for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
-				st := kmsg.NewAddPartitionsToTxnResponseTopic()
-				st.Topic = rt.Topic
-				for _, part := range rt.Partitions {
-					sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
-					sp.Partition, sp.ErrorCode = part, kerr.TransactionAbortable.Code
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return addPartitionsRefused(req, kerr.TransactionAbortable.Code), nil, true
 		}
 		return nil, nil, false
 	})

@@ -125,18 +125,7 @@ func TestTxnSendOffsetsInterruptedByClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustOK(t, sendAll(t, ctx, p, prec(0, "a")))
-	hold := make(chan struct{})
-	defer close(hold)
-	seen := make(chan struct{}, 1)
-	c.ControlKey(int16(kmsg.TxnOffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		select {
-		case seen <- struct{}{}:
-		default:
-		}
-		c.SleepControl(func() { <-hold })
-		return nil, nil, false
-	})
+	seen := holdTxnOffsetCommits(t, c)
 	done := make(chan error, 1)
 	go func() {
 		done <- p.SendOffsetsToTransaction(ctx, producer.GroupMetadata{GroupID: "g", GenerationID: -1}, txnOffsets(map[int32]int64{0: 1}))

@@ -114,18 +114,7 @@ func TestTxnRefusedLookupAfterLostAddPartitions(t *testing.T) {
 		case 1: // written, its answer lost with the connection
 			return nil, errors.New("connection lost before the answer"), true
 		case 2: // the transport's resend: the coordinator moved
-			resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
-			for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
-				st := kmsg.NewAddPartitionsToTxnResponseTopic()
-				st.Topic = rt.Topic
-				for _, part := range rt.Partitions {
-					sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
-					sp.Partition, sp.ErrorCode = part, kerr.NotCoordinator.Code
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return addPartitionsRefused(req, kerr.NotCoordinator.Code), nil, true
 		}
 		return nil, nil, false
 	})
@@ -155,4 +144,21 @@ func TestTxnRefusedLookupAfterLostAddPartitions(t *testing.T) {
 	}
 	commitTxn(t, ctx, p, prec(0, "b"))
 	wantCommitted(t, c, "b")
+}
+
+// addPartitionsRefused answers the AddPartitionsToTxn req with code for
+// every partition it names.
+func addPartitionsRefused(req kmsg.Request, code int16) *kmsg.AddPartitionsToTxnResponse {
+	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
+		st := kmsg.NewAddPartitionsToTxnResponseTopic()
+		st.Topic = rt.Topic
+		for _, part := range rt.Partitions {
+			sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = part, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
