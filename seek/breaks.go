@@ -35,6 +35,10 @@ func (p *Partition) diverged(d, resume Position, exact, pruned bool) {
 	p.pos = resume
 	p.lineage.truncate(resume.Offset, resume.Epoch, exact)
 	p.regressAt = NoOffset
+	// A new lineage from here: even at the offset where a leader's
+	// DivergingEpoch could not be acted on, fetches carry the
+	// position's epoch again.
+	p.noLastEpochAt = NoOffset
 	p.state = StateFetching
 	p.send()
 }

@@ -171,7 +171,9 @@ type Partition struct {
 
 	regressAt int64 // position offset whose epoch regression was already checked
 	// noLastEpochAt: position offset for which fetches carry no
-	// LastFetchedEpoch (a DivergingEpoch there could not be acted on).
+	// LastFetchedEpoch (the leader's DivergingEpoch there could not be
+	// acted on); it holds until the position moves, or a divergence
+	// starts a new lineage there.
 	noLastEpochAt int64
 
 	brokeAt Position // PolicyNone halt: the reported consumed position
