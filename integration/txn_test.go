@@ -93,6 +93,11 @@ func TestTransactionsUnderBrokerBounces(t *testing.T) {
 	// could not fail.
 	requireInLog(ctx, t, c, topic, flushedAborted)
 	checkReadCommitted(ctx, t, topic, committed)
+	// Again with answers of one batch each (the broker returns at least
+	// one whole batch whatever the limit): every aborted transaction's
+	// records and its marker come in different answers, each of which must
+	// carry the aborted transactions it needs.
+	checkReadCommitted(ctx, t, topic, committed, consumer.FetchMaxBytes(1), consumer.FetchMaxPartitionBytes(1))
 }
 
 // requireInLog reads partition 0 of topic from its leader with raw Fetch
@@ -123,11 +128,11 @@ func requireInLog(ctx context.Context, t *testing.T, c *Cluster, topic string, w
 }
 
 // checkReadCommitted reads partition 0 of topic with a read_committed kepoch
-// consumer and requires exactly want, in order, and nothing more after a
-// quiet second (no aborted record after the last commit).
-func checkReadCommitted(ctx context.Context, t *testing.T, topic string, want []string) {
+// consumer (with opts) and requires exactly want, in order, and nothing
+// more after a quiet second (no aborted record after the last commit).
+func checkReadCommitted(ctx context.Context, t *testing.T, topic string, want []string, opts ...consumer.Opt) {
 	t.Helper()
-	cons := newConsumer(t, consumer.ReadCommitted())
+	cons := newConsumer(t, append([]consumer.Opt{consumer.ReadCommitted()}, opts...)...)
 	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.Earliest()}); err != nil {
 		t.Fatal(err)
 	}
