@@ -312,7 +312,33 @@ func (p *Producer) Bumps() int {
 // long, nor wait for other reports: Flush, ProduceSync or CommitTransaction
 // called from a callback return only when their context ends, and Close
 // never does.
+//
+// Inside a transaction (begun, not yet being committed or aborted) a
+// record Produce refuses makes the transaction abortable, the refusal its
+// cause: CommitTransaction returns an error matching ErrAbortRequired that
+// wraps it, and AbortTransaction goes on as after any abortable error, so
+// a transaction never commits without a record the application tried to
+// write into it, even if the application ignores Produce's error (as Java's
+// producer does for a send refused with an API error). That holds for every
+// refusal concerning the record or its delivery, argument misuse included
+// (a nil record, no topic, a negative explicit partition): that write is
+// just as missing, and aborting is always safe, where a commit lacking it
+// is the silent loss a transaction exists to prevent. A refusal about the
+// producer or the transaction's state instead (ErrTxnState: no transaction
+// begun, CommitTransaction under way; the producer closed or fatal; the
+// transaction already abortable) changes nothing.
 func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) error {
+	err := p.produce(ctx, r, cb)
+	if err != nil && p.txn != nil {
+		p.mu.Lock()
+		p.txnStepLocked(p.txn.RecordRefused(err, p.committing > 0))
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// produce is Produce, without what a refusal does to the open transaction.
+func (p *Producer) produce(ctx context.Context, r *Record, cb func(Result)) error {
 	switch {
 	case r == nil:
 		return invalidArgument("Produce", "r", "nil")

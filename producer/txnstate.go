@@ -605,6 +605,35 @@ func (t *TxnState) HandleProduce(d Decision) TxnStep {
 	return step
 }
 
+// RecordRefused tells the TxnState that the I/O layer refused a record the
+// application produced (Produce returned err; no batch holds the record).
+// The application meant the record to be in the open transaction, which
+// must not then commit without it: an application that logs the error and
+// goes on would commit a transaction silently missing a write (Java's
+// producer makes the transaction abortable when send refuses a record with
+// an API error). commitUnderWay: the I/O layer's CommitTransaction runs (it
+// flushes before Commit, the state still InTransaction), and refuses every
+// record meanwhile: none could have joined the transaction it commits.
+//
+//	InTransaction, the refusal is about the      abortable with err (no bump: nothing of the
+//	  record or its delivery (too large, topic     record was sent)
+//	  or partition lookup failed or its wait
+//	  ended, partitioner out of range, no such
+//	  partition, invalid argument)
+//	err matches ErrTxnState, ErrAbortRequired,   nothing: a refusal by the transaction's state or
+//	  ErrProducerFatal or errors.ErrClosed         the producer's, about no record of the transaction
+//	commitUnderWay; any other state (no         nothing
+//	  transaction open, committing, aborting,
+//	  already abortable, fatal)
+func (t *TxnState) RecordRefused(err error, commitUnderWay bool) TxnStep {
+	if err == nil || commitUnderWay || t.state != TxnInTransaction ||
+		errors.Is(err, ErrTxnState) || errors.Is(err, ErrAbortRequired) || errors.Is(err, ErrProducerFatal) ||
+		errors.Is(err, errors.ErrClosed) {
+		return TxnStep{}
+	}
+	return t.abortable(err, false, false)
+}
+
 // NewIncarnation tells the transaction that tp's topic was deleted and
 // created again, and its Sequencer (Sequencer.NewIncarnation): call it
 // instead of that. A batch of the open transaction that tp acknowledged

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -1412,5 +1413,99 @@ func TestTxnHolds(t *testing.T) {
 	h.tx.HandleProduce(Decision{Abortable: &AbortableError{Err: ErrDeliveryTimeout}})
 	if h.tx.Holds(tp2) {
 		t.Fatalf("abortable (%v): tp2 still held", h.tx.State())
+	}
+}
+
+// TestTxnRecordRefused: a record the I/O layer refuses (Produce returned
+// an error) while a transaction is open makes it abortable with the
+// refusal as the cause, so Commit cannot commit it without the record;
+// Abort then ends it as usual, and needs no bump (nothing of the record was
+// sent). A refusal by the transaction's or the producer's state, one
+// outside an open transaction, and one while the I/O layer's commit runs
+// change nothing.
+func TestTxnRecordRefused(t *testing.T) {
+	tooLarge := &kepocherrors.PartitionError{Op: "produce", Topic: "t", Partition: 0, Offset: -1, LeaderEpoch: -1,
+		Err: fmt.Errorf("%w: a batch larger than MaxRequestBytes", kepocherrors.ErrMessageTooLarge)}
+	metaTimeout := &kepocherrors.PartitionError{Op: "produce", Topic: "t", Partition: -1, Offset: -1, LeaderEpoch: -1,
+		Err: fmt.Errorf("%w after 1s: %w", kepocherrors.ErrMetadataTimeout, kerr.UnknownTopicOrPartition)}
+	outOfRange := &kepocherrors.PartitionError{Op: "produce", Topic: "t", Partition: 7, Offset: -1, LeaderEpoch: -1,
+		Err: fmt.Errorf("%w: it returned 7 for a topic of 3 partitions", ErrPartitionerOutOfRange)}
+	noPartition := &kepocherrors.PartitionError{Op: "produce", Topic: "t", Partition: 7, Offset: -1, LeaderEpoch: -1,
+		Err: errors.New("no such partition (topic has 3)")}
+	for _, c := range []struct {
+		name       string
+		setup      func(h *txnHarness) // leaves the state the refusal comes in
+		err        error
+		committing bool
+		abortable  bool
+	}{
+		{"too large", func(h *txnHarness) { h.begin(tp0) }, tooLarge, false, true},
+		{"too large, nothing added yet", func(h *txnHarness) { h.tx.Begin() }, tooLarge, false, true},
+		{"metadata wait timed out", func(h *txnHarness) { h.begin(tp0) }, metaTimeout, false, true},
+		{"context ended waiting", func(h *txnHarness) { h.begin(tp0) }, context.DeadlineExceeded, false, true},
+		{"partitioner out of range", func(h *txnHarness) { h.begin(tp0) }, outOfRange, false, true},
+		{"no such partition", func(h *txnHarness) { h.begin(tp0) }, noPartition, false, true},
+		{"invalid argument", func(h *txnHarness) { h.begin(tp0) }, invalidArgument("Produce", "r", "nil"), false, true},
+		{"no transaction begun", func(*txnHarness) {}, tooLarge, false, false},
+		{"ErrTxnState", func(h *txnHarness) { h.begin(tp0) },
+			fmt.Errorf("producer: %w: CommitTransaction is under way", ErrTxnState), false, false},
+		{"commit under way", func(h *txnHarness) { h.begin(tp0) }, tooLarge, true, false},
+		{"closed", func(h *txnHarness) { h.begin(tp0) }, kepocherrors.ErrClosed, false, false},
+		{"fatal", func(h *txnHarness) { h.begin(tp0) }, fmt.Errorf("%w: %w", ErrProducerFatal, kerr.ProducerFenced), false, false},
+		{"already abortable", func(h *txnHarness) {
+			h.begin(tp0)
+			h.tx.RecordRefused(metaTimeout, false)
+		}, tooLarge, false, false},
+		{"committing", func(h *txnHarness) {
+			h.begin(tp0)
+			h.assign(tp0, 1)
+			h.tx.Commit()
+		}, tooLarge, false, false},
+		{"aborting", func(h *txnHarness) {
+			h.begin(tp0)
+			h.assign(tp0, 1)
+			h.tx.Abort()
+		}, tooLarge, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			c.setup(h)
+			before, beforeErr := h.tx.State(), h.tx.Err()
+			step := h.tx.RecordRefused(c.err, c.committing)
+			if step.Done || step.Send != nil {
+				t.Fatalf("step %+v", step)
+			}
+			if !c.abortable {
+				if h.tx.State() != before || h.tx.Err() != beforeErr {
+					t.Fatalf("state %v (%v) → %v (%v); want unchanged", before, beforeErr, h.tx.State(), h.tx.Err())
+				}
+				return
+			}
+			if h.tx.State() != TxnAbortableError || h.tx.BumpRequired() {
+				t.Fatalf("state %v, bump %v; want AbortableError without a bump", h.tx.State(), h.tx.BumpRequired())
+			}
+			if _, err := h.tx.Commit(); !errors.Is(err, ErrAbortRequired) || !errors.Is(err, c.err) {
+				t.Fatalf("Commit: %v; want ErrAbortRequired wrapping %v", err, c.err)
+			}
+			if _, err := h.tx.AddPartition(tp1); !errors.Is(err, ErrAbortRequired) {
+				t.Fatalf("AddPartition after the refusal: %v; want ErrAbortRequired", err)
+			}
+			step, err := h.tx.Abort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.tx.started {
+				step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+			}
+			if !step.Done || step.Err != nil || h.tx.State() != TxnReady || h.seq.Producer() != pid {
+				t.Fatalf("abort: %+v, state %v, producer %v", step, h.tx.State(), h.seq.Producer())
+			}
+			h.begin(tp1)
+			step, _ = h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+			if step = h.endTxn(EndTxnResult{Producer: NoProducerID}); !step.Done || step.Err != nil {
+				t.Fatalf("next transaction's commit: %+v", step)
+			}
+		})
 	}
 }
