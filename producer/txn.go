@@ -113,10 +113,18 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 }
 
 // abortOp starts an abort (p.mu held): the records still buffered for the
-// transaction fail with ErrTransactionAborted.
+// transaction fail with ErrTransactionAborted. A request the txn loop has
+// not taken yet (it sleeps the retry backoff before sending it again) is
+// given back to the TxnState, which drops an AddPartitionsToTxn: waited
+// out and sent, it only delayed the abort, and could start on the
+// coordinator a transaction the abort then had to end with EndTxn.
 func (p *Producer) abortOp() (TxnStep, error) {
-	step, err := p.txn.Abort()
+	unsent := p.txnSend != nil
+	step, err := p.txn.Abort(unsent)
 	if err == nil {
+		if unsent {
+			p.txnSend = nil // the step hands out what is to be sent instead
+		}
 		for _, ps := range p.parts {
 			ps.failAll(p, ErrTransactionAborted)
 		}

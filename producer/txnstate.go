@@ -157,7 +157,7 @@ type TxnConfig struct {
 //	HandleProduce(seq.Complete(…))       for every Produce decision
 //	NewIncarnation(tp)                   instead of seq.NewIncarnation(tp)
 //	HandleOffsets(…)                     for every AddOffsetsToTxn/TxnOffsetCommit attempt
-//	Commit() / Abort()                   then Poll() whenever the Sequencer drains
+//	Commit() / Abort(outstandingUnsent)  then Poll() whenever the Sequencer drains
 //	HandleEndTxn(…), HandleInitProducerID(…)
 type TxnState struct {
 	cfg   TxnConfig
@@ -579,11 +579,28 @@ func (t *TxnState) Commit() (TxnStep, error) {
 // EndTxn(abort) (skipped after INVALID_PRODUCER_ID_MAPPING), then, if
 // sequences were disturbed or an EndTxn answer was lost, InitProducerId for a
 // new epoch. The Done step reports the result.
-func (t *TxnState) Abort() (TxnStep, error) {
+//
+// outstandingUnsent says that the request the last step handed out (Send)
+// has not left the I/O layer (it waits out the retry backoff), which gives
+// it back: the I/O layer drops it, and sends what the returned step hands
+// out instead. An AddPartitionsToTxn not sent is not sent at all: the
+// abort needs no partition added. Whether the coordinator may know the
+// transaction is what the attempts that were sent left (mayHaveStarted: one
+// answered NONE, one whose answer was lost or that may have been applied
+// all the same); if none may have started it, the abort ends it locally,
+// without EndTxn. An AddPartitionsToTxn on the wire is waited for: it may
+// start the transaction.
+func (t *TxnState) Abort(outstandingUnsent bool) (TxnStep, error) {
 	if err := t.transition(TxnAborting); err != nil {
 		return TxnStep{}, t.stateErr()
 	}
 	t.pendingAdd = t.pendingAdd[:0]
+	if outstandingUnsent && t.outstanding != nil {
+		t.resend, t.outstanding = t.outstanding, nil
+	}
+	if _, ok := t.resend.(*AddPartitionsRequest); ok {
+		t.resend = nil
+	}
 	d := t.seq.FailPending(ErrTransactionAborted)
 	step := t.Poll()
 	step.Decision = d
@@ -898,6 +915,8 @@ type AddPartitionResult struct {
 //	  TRANSACTIONS, COORDINATOR_LOAD_IN_
 //	  PROGRESS, UNKNOWN_TOPIC_OR_PARTITION,
 //	  OPERATION_NOT_ATTEMPTED
+//	REQUEST_TIMED_OUT, NETWORK_EXCEPTION    add again; the transaction may have started (as after
+//	                                        NoResponse: the request may have been applied)
 //	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, add again
 //	  AVAILABLE
 //	UNKNOWN_PRODUCER_ID                     abortable, bump after the abort
@@ -942,6 +961,13 @@ func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartition
 		}
 		answered[r.TP] = true
 		if retry, find := coordinatorRetry(r.Code); retry {
+			if r.Code == kerr.RequestTimedOut.Code || r.Code == kerr.NetworkException.Code {
+				// Not a refusal before applying it (as the other
+				// retriable codes are): it may have started the
+				// transaction, and an abort that drops the resend
+				// must still send EndTxn.
+				t.maybeStarted = true
+			}
 			t.findCoord = t.findCoord || find
 			requeue(r.TP)
 			continue

@@ -383,12 +383,20 @@ func (d *txnDriver) answerCoordinator() {
 				res = append(res, AddPartitionResult{TP: tp, Code: kerr.ProducerFenced.Code})
 			}
 		default:
-			c.txn, c.ended = d.curTxn, false
-			for _, tp := range r.Partitions {
-				code := int16(0)
-				if concurrent {
-					code = kerr.ConcurrentTransactions.Code
+			// CONCURRENT_TRANSACTIONS is answered before anything is
+			// applied; REQUEST_TIMED_OUT may come after the add was.
+			code := int16(0)
+			if concurrent {
+				code = kerr.ConcurrentTransactions.Code
+				if d.rng.Intn(2) == 0 {
+					d.stats["add-timed-out"]++
+					code = kerr.RequestTimedOut.Code
 				}
+			}
+			if code != kerr.ConcurrentTransactions.Code {
+				c.txn, c.ended = d.curTxn, false
+			}
+			for _, tp := range r.Partitions {
 				res = append(res, AddPartitionResult{TP: tp, Code: code})
 			}
 		}
@@ -505,7 +513,11 @@ func (d *txnDriver) produceStep(tp TopicPartition) {
 }
 
 // abort fails the records the application still buffers, then aborts.
-func (d *txnDriver) abort() {
+// unsent: the coordinator request handed out (an AddPartitionsToTxn) has
+// not been sent yet (the producer's loop sleeps the retry backoff before
+// sending it): the TxnState gets it back, and the driver sends instead
+// what the abort's step hands out.
+func (d *txnDriver) abort(unsent bool) {
 	for tp, recs := range d.pending {
 		for _, r := range recs {
 			d.status[r].failed = true
@@ -513,9 +525,15 @@ func (d *txnDriver) abort() {
 		d.pending[tp] = nil
 	}
 	d.flushing, d.pendingOp, d.opCommit = false, true, false
-	s, err := d.tx.Abort()
+	s, err := d.tx.Abort(unsent)
 	if err != nil {
 		d.fatalf("Abort: %v", err)
+	}
+	if unsent {
+		d.coordReq = nil
+	}
+	if _, ok := s.Send.(*AddPartitionsRequest); ok {
+		d.fatalf("the abort sends %#v", s.Send)
 	}
 	d.step(s)
 }
@@ -646,6 +664,16 @@ func (d *txnDriver) isNext(req mRequest) bool {
 
 // appStep makes the application move the transaction on.
 func (d *txnDriver) appStep() {
+	if _, adding := d.coordReq.(*AddPartitionsRequest); adding && !d.pendingOp && d.offOp == nil && d.rng.Intn(4) == 0 {
+		// The application aborts while the add waits to be sent: it
+		// is dropped, and EndTxn sent only if an attempt sent before
+		// may have started the transaction.
+		if st := d.tx.State(); st == TxnInTransaction || st == TxnAbortableError {
+			d.stats["abort-add-unsent"]++
+			d.abort(true)
+		}
+		return
+	}
 	if d.pendingOp || d.coordReq != nil {
 		return
 	}
@@ -673,13 +701,13 @@ func (d *txnDriver) appStep() {
 			return
 		}
 		if d.rng.Intn(4) == 0 {
-			d.abort()
+			d.abort(false)
 		} else {
 			d.flushing = true
 		}
 	case TxnAbortableError:
 		if d.offOp == nil {
-			d.abort()
+			d.abort(false)
 		}
 	}
 }
@@ -774,7 +802,7 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 		case TxnInTransaction:
 			d.flushing = true
 		case TxnAbortableError:
-			d.abort()
+			d.abort(false)
 		}
 	}
 }
@@ -860,7 +888,7 @@ func TestTxnModelRandomized(t *testing.T) {
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
 		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
 		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed",
-		"add-resend-refused", "add-resend-retriable", "add-resend-unsent"} {
+		"add-resend-refused", "add-resend-retriable", "add-resend-unsent", "add-timed-out", "abort-add-unsent"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}

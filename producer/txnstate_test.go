@@ -261,7 +261,7 @@ func TestTxnAbortableProduceErrors(t *testing.T) {
 			if err := h.tx.CanProduce(tp0); !errors.Is(err, ErrAbortRequired) {
 				t.Fatalf("CanProduce: %v", err)
 			}
-			step, err := h.tx.Abort()
+			step, err := h.tx.Abort(false)
 			if err != nil || !step.WaitDrain {
 				t.Fatalf("abort: %+v %v", step, err)
 			}
@@ -323,7 +323,7 @@ func TestTxnFatal(t *testing.T) {
 		if !errors.Is(d.Fatal, kerr.ProducerFenced) || h.tx.State() != TxnFatalError {
 			t.Fatalf("%+v %v", d, h.tx.State())
 		}
-		if _, err := h.tx.Abort(); err == nil {
+		if _, err := h.tx.Abort(false); err == nil {
 			t.Fatal("abort after fatal accepted")
 		}
 	})
@@ -369,7 +369,7 @@ func TestTxnEndTxnUnknownIdentity(t *testing.T) {
 			if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) || h.tx.State() != TxnAbortableError {
 				t.Fatalf("commit: step %+v, state %v", step, h.tx.State())
 			}
-			step, err := h.tx.Abort()
+			step, err := h.tx.Abort(false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -378,7 +378,7 @@ func TestTxnEndTxnUnknownIdentity(t *testing.T) {
 		t.Run("abort "+name, func(t *testing.T) {
 			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
 			h.begin(tp0)
-			step, _ := h.tx.Abort()
+			step, _ := h.tx.Abort(false)
 			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: false})
 			h.bumpDone(h.endTxn(EndTxnResult{Code: code}), "abort")
 		})
@@ -432,7 +432,7 @@ func TestTxnEndTxnV5AdoptsNextEpoch(t *testing.T) {
 	}
 	h.produce(r, okAt(3))
 	// Overflow: the coordinator rotates the producer ID.
-	step, _ = h.tx.Abort()
+	step, _ = h.tx.Abort(false)
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: next, Commit: false})
 	rotated := ProducerID{ID: 4242, Epoch: 0}
 	step = h.endTxn(EndTxnResult{Producer: rotated})
@@ -464,7 +464,7 @@ func TestTxnAbortWithoutDisturbanceNoBump(t *testing.T) {
 	h.begin(tp0)
 	r := h.assign(tp0, 1)
 	h.produce(r, okAt(0))
-	step, _ := h.tx.Abort()
+	step, _ := h.tx.Abort(false)
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
 	if !step.Done || h.tx.State() != TxnReady || h.seq.Producer() != pid {
@@ -483,7 +483,7 @@ func TestTxnBumpWithoutKIP360Coordinator(t *testing.T) {
 	h.begin(tp0)
 	r := h.assign(tp0, 1)
 	h.produce(r, oosn)
-	step, _ := h.tx.Abort()
+	step, _ := h.tx.Abort(false)
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	step = h.endTxn(EndTxnResult{Producer: NoProducerID})
 	h.wantSend(step, &InitProducerIDRequest{TransactionalID: txnID, Producer: NoProducerID})
@@ -608,7 +608,7 @@ func TestTxnNewIncarnationAbortThenCommit(t *testing.T) {
 	h.begin(tp0)
 	h.produce(h.assign(tp0, 2), okAt(0))
 	h.tx.NewIncarnation(tp0)
-	step, err := h.tx.Abort()
+	step, err := h.tx.Abort(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -687,7 +687,7 @@ func TestTxnTransitions(t *testing.T) {
 	if _, err := h.tx.InitTransactions(); !errors.Is(err, ErrTxnState) {
 		t.Fatalf("init twice: %v", err)
 	}
-	if _, err := h.tx.Abort(); err == nil {
+	if _, err := h.tx.Abort(false); err == nil {
 		t.Fatal("abort without a transaction accepted")
 	}
 	h.begin(tp0)
@@ -725,7 +725,7 @@ func TestTxnEmptyTransactionEndsLocally(t *testing.T) {
 		if commit {
 			step, err = h.tx.Commit()
 		} else {
-			step, err = h.tx.Abort()
+			step, err = h.tx.Abort(false)
 		}
 		if err != nil || !step.Done || step.Err != nil || step.Send != nil || h.tx.State() != TxnReady {
 			t.Fatalf("commit=%v: %+v %v %v", commit, step, err, h.tx.State())
@@ -743,7 +743,7 @@ func TestTxnUncertainStart(t *testing.T) {
 	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
 	step, _ = h.tx.HandleAddPartitions(NoResponse, nil, false)
 	h.wantSend(step, &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}})
-	step, err := h.tx.Abort()
+	step, err := h.tx.Abort(false)
 	if err != nil || step.Send != nil {
 		t.Fatalf("abort with an add on the wire: %+v %v", step, err)
 	}
@@ -778,7 +778,7 @@ func TestTxnRefusedResendMayHaveStarted(t *testing.T) {
 				if h.tx.State() != TxnAbortableError {
 					t.Fatalf("state %v after a refused add", h.tx.State())
 				}
-				step, err := h.tx.Abort()
+				step, err := h.tx.Abort(false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -811,7 +811,7 @@ func TestTxnV2AbortAfterUnconfirmedProduce(t *testing.T) {
 	h.begin(tp0)
 	r := h.assign(tp0, 1)
 	h.produce(r, ProduceResult{Delivery: NoResponse})
-	step, _ := h.tx.Abort()
+	step, _ := h.tx.Abort(false)
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	next := ProducerID{pid.ID, pid.Epoch + 1}
 	step = h.endTxn(EndTxnResult{Producer: next})
@@ -829,7 +829,7 @@ func TestTxnBumpAnsweredTransactionAbortable(t *testing.T) {
 	h.begin(tp0)
 	r := h.assign(tp0, 1)
 	h.produce(r, oosn) // abortable, bump after the abort
-	step, err := h.tx.Abort()
+	step, err := h.tx.Abort(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,7 +840,7 @@ func TestTxnBumpAnsweredTransactionAbortable(t *testing.T) {
 	if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
 		t.Fatalf("TRANSACTION_ABORTABLE on the bump: step %+v, state %v; want ErrAbortRequired in AbortableError", step, h.tx.State())
 	}
-	if step, err = h.tx.Abort(); err != nil {
+	if step, err = h.tx.Abort(false); err != nil {
 		t.Fatalf("Abort after ErrAbortRequired: %v (state %v)", err, h.tx.State())
 	}
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
@@ -968,7 +968,7 @@ func TestTxnOffsetsAbortable(t *testing.T) {
 			if st.Retry || !errors.Is(st.Err, ErrAbortRequired) || h.tx.State() != TxnAbortableError {
 				t.Fatalf("step %+v, state %v", st, h.tx.State())
 			}
-			step, err := h.tx.Abort()
+			step, err := h.tx.Abort(false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1025,7 +1025,7 @@ func TestTxnOffsetsAddedWhileAbortable(t *testing.T) {
 	if st.Retry || !errors.Is(st.Err, ErrAbortRequired) {
 		t.Fatalf("AddOffsetsToTxn NONE in an abortable transaction: %+v", st)
 	}
-	step, err := h.tx.Abort()
+	step, err := h.tx.Abort(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1068,7 +1068,7 @@ func TestTxnOffsetsMaybeAppliedBump(t *testing.T) {
 			if c.commit {
 				step, err = h.tx.Commit()
 			} else {
-				step, err = h.tx.Abort()
+				step, err = h.tx.Abort(false)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -1133,7 +1133,7 @@ func TestTxnCommitStandsWhenItsBumpFails(t *testing.T) {
 				return
 			}
 			// The abort is the bump alone: the transaction is over.
-			step, err := h.tx.Abort()
+			step, err := h.tx.Abort(false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1159,7 +1159,7 @@ func TestTxnCallsAfterFatalSayFatal(t *testing.T) {
 		"InitTransactions": func() error { _, err := h.tx.InitTransactions(); return err },
 		"Begin":            h.tx.Begin,
 		"Commit":           func() error { _, err := h.tx.Commit(); return err },
-		"Abort":            func() error { _, err := h.tx.Abort(); return err },
+		"Abort":            func() error { _, err := h.tx.Abort(false); return err },
 		"AddPartition":     func() error { _, err := h.tx.AddPartition(tp0); return err },
 	}
 	for name, call := range calls {
@@ -1262,7 +1262,7 @@ func TestTxnStopCarriesCause(t *testing.T) {
 			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
 			h.begin(tp0)
 			h.assign(tp0, 1)
-			if step, err := h.tx.Abort(); err != nil || !step.WaitDrain {
+			if step, err := h.tx.Abort(false); err != nil || !step.WaitDrain {
 				t.Fatalf("abort: %+v, %v", step, err)
 			}
 			return h
@@ -1270,7 +1270,7 @@ func TestTxnStopCarriesCause(t *testing.T) {
 		{"Abort bumping the epoch", func(t *testing.T) *txnHarness {
 			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
 			h.begin(tp0)
-			step, _ := h.tx.Abort()
+			step, _ := h.tx.Abort(false)
 			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 			step = h.endTxn(EndTxnResult{Delivery: NoResponse})
 			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
@@ -1464,7 +1464,7 @@ func TestTxnRecordRefused(t *testing.T) {
 		{"aborting", func(h *txnHarness) {
 			h.begin(tp0)
 			h.assign(tp0, 1)
-			h.tx.Abort()
+			h.tx.Abort(false)
 		}, tooLarge, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -1490,7 +1490,7 @@ func TestTxnRecordRefused(t *testing.T) {
 			if _, err := h.tx.AddPartition(tp1); !errors.Is(err, ErrAbortRequired) {
 				t.Fatalf("AddPartition after the refusal: %v; want ErrAbortRequired", err)
 			}
-			step, err := h.tx.Abort()
+			step, err := h.tx.Abort(false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1505,6 +1505,121 @@ func TestTxnRecordRefused(t *testing.T) {
 			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
 			if step = h.endTxn(EndTxnResult{Producer: NoProducerID}); !step.Done || step.Err != nil {
 				t.Fatalf("next transaction's commit: %+v", step)
+			}
+		})
+	}
+}
+
+// TestTxnAbortDropsUnsentAddPartitions: an abort while an AddPartitionsToTxn
+// waits to be sent (handed out, the I/O layer sleeping the retry backoff:
+// outstandingUnsent) does not send it: the abort needs no partition added.
+// If no attempt sent may have started the transaction (none sent, or each
+// refused before being applied), the abort ends it locally, without
+// EndTxn; if one may have (answered NONE for another partition, its answer
+// lost, resent by the transport, answered REQUEST_TIMED_OUT), it sends
+// EndTxn(abort) at once. An add on the wire (outstandingUnsent false) is
+// waited for. Before, every abort waited for the add to be sent and
+// answered.
+func TestTxnAbortDropsUnsentAddPartitions(t *testing.T) {
+	add0 := &AddPartitionsRequest{Producer: pid, Partitions: []TopicPartition{tp0}}
+	answer := func(h *txnHarness, d Delivery, code int16, resent bool) TxnStep {
+		h.t.Helper()
+		var res []AddPartitionResult
+		if d == Answered {
+			res = []AddPartitionResult{{TP: tp0, Code: code}}
+		}
+		step, err := h.tx.HandleAddPartitions(d, res, resent)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return step
+	}
+	for _, c := range []struct {
+		name    string
+		setup   func(h *txnHarness) TxnStep // returns the step that handed out the add waiting to be sent
+		state   TxnStateKind                // the state the abort comes in
+		started bool                        // the abort sends EndTxn
+	}{
+		{"never sent", func(h *txnHarness) TxnStep {
+			step, _ := h.tx.AddPartition(tp0)
+			return step
+		}, TxnInTransaction, false},
+		{"refused CONCURRENT_TRANSACTIONS", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.ConcurrentTransactions.Code, false)
+		}, TxnInTransaction, false},
+		{"refused twice", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			answer(h, Answered, kerr.CoordinatorLoadInProgress.Code, false)
+			return answer(h, Answered, kerr.NotCoordinator.Code, false)
+		}, TxnInTransaction, false},
+		{"not sent by the transport", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, NotSent, 0, false)
+		}, TxnInTransaction, false},
+		{"abortable meanwhile", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			step := answer(h, Answered, kerr.ConcurrentTransactions.Code, false)
+			h.tx.RecordRefused(kepocherrors.ErrMetadataTimeout, false)
+			return step
+		}, TxnAbortableError, false},
+		{"answer lost", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, NoResponse, 0, false)
+		}, TxnInTransaction, true},
+		{"resent by the transport, refused", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.ConcurrentTransactions.Code, true)
+		}, TxnInTransaction, true},
+		{"REQUEST_TIMED_OUT", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.RequestTimedOut.Code, false)
+		}, TxnInTransaction, true},
+		{"another partition added", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp1)
+			if _, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp1}}, false); err != nil {
+				h.t.Fatal(err)
+			}
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.ConcurrentTransactions.Code, false)
+		}, TxnInTransaction, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, unsent := range []bool{true, false} {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				if err := h.tx.Begin(); err != nil {
+					t.Fatal(err)
+				}
+				h.wantSend(c.setup(h), add0)
+				if h.tx.State() != c.state {
+					t.Fatalf("state %v; want %v", h.tx.State(), c.state)
+				}
+				step, err := h.tx.Abort(unsent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !unsent {
+					// On the wire: the abort waits for its answer.
+					if step.Send != nil || step.Done {
+						t.Fatalf("abort with the add on the wire: %+v; want it waiting", step)
+					}
+					step = answer(h, Answered, kerr.ConcurrentTransactions.Code, false)
+				}
+				if _, ok := step.Send.(*AddPartitionsRequest); ok {
+					t.Fatalf("unsent %v: the abort sends %#v", unsent, step.Send)
+				}
+				if c.started {
+					h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+					if step.Done {
+						t.Fatalf("unsent %v: %+v; want EndTxn(abort) sent", unsent, step)
+					}
+					step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+				}
+				if !step.Done || step.Err != nil || h.tx.State() != TxnReady || step.Send != nil || h.tx.outstanding != nil {
+					t.Fatalf("unsent %v: %+v, state %v, outstanding %#v; want the abort ended", unsent, step, h.tx.State(), h.tx.outstanding)
+				}
+				// The next transaction adds its partitions afresh.
+				h.begin(tp0)
 			}
 		})
 	}
