@@ -97,7 +97,9 @@ type ProbedBatch struct {
 // ProbeResult is what a Probe's fetch found.
 type ProbeResult struct {
 	// LogStartOffset is the leader's log start offset; -1 unknown.
-	// Acknowledged records below it were removed by retention, not lost.
+	// Acknowledged records below it were removed by retention (or
+	// DeleteRecords) if they were in the log when it moved: see
+	// ApplyProbe for those that may have been lost before.
 	LogStartOffset int64
 	// LogEndOffset is the leader's log end offset (OffsetForLeaderEpoch for
 	// the current leader epoch answers it); -1 unknown. Acknowledged
@@ -122,9 +124,10 @@ type AckedWritesLost struct {
 	// (its epoch is not known to be its append epoch, so the epoch
 	// argument says nothing about it, and no batch header confirms it
 	// either way: records without a producer identity whose newest batch
-	// is not found as acknowledged, or offsets in a gap compaction may
-	// have left). It is no longer tracked; the
-	// application decides what to check.
+	// is not found as acknowledged, offsets in a gap compaction may
+	// have left, or offsets the log start has passed, removed by
+	// retention or cut by an unclean election before). It is no longer
+	// tracked; the application decides what to check.
 	Unconfirmed bool
 	// Untracked (with Unconfirmed): the range is offsets whose
 	// acknowledged ranges the ledger's bound (AckLedgerRanges) had
@@ -151,9 +154,10 @@ type CheckResult struct {
 	// Unconfirmed are ranges on an inexact epoch (or that an answer
 	// could not place) that a probe could not confirm either way because
 	// they carry no producer identity (records of a non-idempotent
-	// producer) and their newest batch was not found with its CRC, or
+	// producer) and their newest batch was not found with its CRC,
 	// because their offsets lie in a gap (compaction) that nothing of
-	// theirs follows. They may be lost; they are no longer
+	// theirs follows, or because the log start passed them before they
+	// were ever found in the log. They may be lost; they are no longer
 	// tracked. Each has Unconfirmed set. From AbandonQuery
 	// and AbandonProbe: the ranges a check that could not be made was to
 	// verify, each with Err set too.
@@ -278,6 +282,17 @@ const DefaultLedgerRanges = 1024
 // that rewrites batches (recompressing for the topic's compression.type,
 // or LogAppendTime) changes their CRC: their ranges are reported
 // Unconfirmed at each leader change, as without a CRC.
+//
+// The log start proves nothing either: offsets retention (or DeleteRecords)
+// moved it past were removed only if they were in the log then. A range with
+// an exact epoch was proven present (by its append epoch, or by the check
+// that made it exact), and its offsets below the log start are dropped in
+// silence. An inexact suspect range was never found in the log since it was
+// acknowledged (the tail probe confirms what it can before any walk), and an
+// unclean election may have cut it before the log start passed it: those
+// offsets are reported Unconfirmed, the rest of it is walked. The bound's
+// dropped offsets (Untracked) are reported below the log start too: whether
+// they were ever proven present is no longer known.
 //
 // A range recorded under a leader epoch older than the newest one observed
 // (acknowledged after the leader change was seen, by a batch sent before)
@@ -576,7 +591,7 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 		}
 		res.Lost = append(res.Lost, lost(q.TP, e, cur))
 		if oldest {
-			l.untracked(&res, q.TP, p, cur, -1)
+			l.untracked(&res, q.TP, p, cur)
 		}
 	}
 	var undecided []*ledgerEntry
@@ -797,10 +812,17 @@ func seqBefore(e, t *ledgerEntry) bool {
 // at their offsets with their producer identity and sequences survived (its
 // epoch becomes exact); its offsets that hold other records, or lie at or
 // beyond the log end, are lost, each offset judged by the batch holding it;
-// offsets in a gap not proven compaction are Unconfirmed; offsets below the
-// log start were removed by retention and are dropped without a report.
-// Ranges the fetch did not reach stay suspect and CheckResult.Probe
-// continues from them.
+// offsets in a gap not proven compaction are Unconfirmed. Offsets below the
+// log start are dropped without a report only when the range was proven
+// present before the log start passed them: its epoch is exact (recorded
+// so, or confirmed by an earlier check), so retention removed them. An
+// inexact range was never found in the log since it was acknowledged (the
+// check that finds it makes it exact; a tail probe that confirms it does so
+// before this walk), and an unclean election may have cut it before
+// retention or DeleteRecords moved the log start past it: its offsets below
+// the log start, wholly or in part, are reported Unconfirmed, and the rest
+// of it is judged as above. Ranges the fetch did not reach stay suspect and
+// CheckResult.Probe continues from them.
 func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 	var res CheckResult
 	p := l.parts[pr.TP]
@@ -819,16 +841,36 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 			kept = append(kept, e)
 			continue
 		}
-		if r.LogStartOffset >= 0 && e.To <= r.LogStartOffset {
-			continue // removed by retention
-		}
-		if r.LogStartOffset > e.From {
-			e.FirstSequence = seqPlus(e.FirstSequence, r.LogStartOffset-e.From)
-			e.From = r.LogStartOffset
-		}
 		// The oldest range held, lost (or possibly lost) from its first
 		// offset: the bound's dropped offsets below it may be gone too.
 		lowest := i == 0
+		if ls := r.LogStartOffset; ls > e.From {
+			// The log start passed its offsets below ls. Retention
+			// (or DeleteRecords) removed them only if they were in
+			// this log when it did: an exact range was (it was
+			// proven present by its recorded epoch, or by an
+			// earlier check), but an inexact one was never found
+			// in the log since it was acknowledged (confirming it
+			// makes it exact), and an unclean election may have cut
+			// it before the log start moved past it. Nothing can
+			// tell the two apart any more: Unconfirmed, not
+			// dropped in silence.
+			if !e.EpochExact {
+				head := *e
+				head.To = min(e.To, ls)
+				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))
+				if lowest {
+					l.untracked(&res, pr.TP, p, cur)
+				}
+			}
+			if e.To <= ls {
+				continue
+			}
+			if e.Producer.Valid() {
+				e.FirstSequence = seqPlus(e.FirstSequence, ls-e.From)
+			}
+			e.From = ls
+		}
 		if !e.Producer.Valid() {
 			// No sequences: the newest batch found at its offsets
 			// with its CRC confirms the range (all of it if under
@@ -850,7 +892,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 					head.To = c.From
 					res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))
 					if lowest {
-						l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+						l.untracked(&res, pr.TP, p, cur)
 					}
 				}
 				continue
@@ -872,7 +914,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, e, cur))
 			}
 			if lowest {
-				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+				l.untracked(&res, pr.TP, p, cur)
 			}
 			continue
 		}
@@ -910,7 +952,7 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 			}
 			lastIdx, lastMaybe = len(*list)-1, maybe
 			if lowest && from == e.From {
-				l.untracked(&res, pr.TP, p, cur, r.LogStartOffset)
+				l.untracked(&res, pr.TP, p, cur)
 			}
 		}
 		for o < e.To {
@@ -989,11 +1031,13 @@ func findBatch(bs []ProbedBatch, offset int64) *ProbedBatch {
 }
 
 // untracked adds to res the Untracked report of the offsets the bound
-// dropped and that were not reported yet, at or above floor (the log start,
-// when known: offsets below it were removed by retention): a loss reached
-// the oldest range held, so they may be gone too.
-func (l *AckLedger) untracked(res *CheckResult, tp TopicPartition, p *ledgerPart, cur int32, floor int64) {
-	from := max(p.forgottenFrom, p.forgottenTold, floor)
+// dropped and that were not reported yet: a loss reached the oldest range
+// held, so they may be gone too. Offsets the log start has passed are
+// reported as well: whether the dropped ranges were ever found in this log
+// (retention removed them) or not (an unclean election may have cut them
+// first) is what the ledger no longer knows.
+func (l *AckLedger) untracked(res *CheckResult, tp TopicPartition, p *ledgerPart, cur int32) {
+	from := max(p.forgottenFrom, p.forgottenTold)
 	if p.forgottenFrom < 0 || from >= p.forgotten {
 		return
 	}
@@ -1049,7 +1093,7 @@ func (l *AckLedger) abandon(tp TopicPartition, p *ledgerPart, cur int32, err err
 		}
 		res.Unconfirmed = append(res.Unconfirmed, unconfirmed(tp, e, cur))
 		if i == 0 {
-			l.untracked(&res, tp, p, cur, -1)
+			l.untracked(&res, tp, p, cur)
 		}
 	}
 	for i := range res.Unconfirmed {
