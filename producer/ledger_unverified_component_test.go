@@ -109,3 +109,47 @@ func TestUnsupportedLedgerCheckAbandonedAtOnce(t *testing.T) {
 		t.Fatalf("%d ApiVersions questions from the check; want 1 (one attempt)", n)
 	}
 }
+
+// An acked-write check that keeps failing with an error that is not
+// Kafka's (the connection closed under its request) has the leader's
+// ApiVersions asked after its first failure only: what a broker lists does
+// not change from one failure to the next (it asked after every one, 21
+// questions for one check). The check is retried and then abandoned as
+// before.
+func TestLedgerCheckAsksApiVersionsOnce(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var asked, checks atomic.Int32
+	c.ControlKey(int16(kmsg.ApiVersions), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if kr.(*kmsg.ApiVersionsRequest).ClientSoftwareName == "kepoch" {
+			asked.Add(1)
+		}
+		return nil, nil, false
+	})
+	p, rec := newRecorded(t, c, producer.MetadataMaxAge(100*time.Millisecond), producer.RetryBackoff(time.Millisecond))
+	ctx := testCtx(t, 20*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "a"), prec(0, "b")))
+	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		checks.Add(1)
+		return nil, errors.New("connection closed by the test"), true
+	})
+	if err := c.MoveTopicPartition(topic, 0, (c.LeaderFor(topic, 0)+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "no report of the unverified writes", func() bool { return len(rec.Lost()) > 0 })
+	l := rec.Lost()
+	if len(l) != 1 || l[0].From != 0 || l[0].To != 2 || !l[0].Unconfirmed || !errors.Is(l[0].Err, producer.ErrAckCheckFailed) {
+		t.Fatalf("reports %+v; want [0, 2) unverified", l)
+	}
+	if n := checks.Load(); n < 21 {
+		t.Fatalf("reported after %d attempts; want 21 (retried)", n)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("%d ApiVersions questions for %d failed attempts; want 1", asked.Load(), checks.Load())
+	}
+}

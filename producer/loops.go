@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -527,9 +528,11 @@ var errLedgerUnsupported = errors.New("kepoch: a request the check needs cannot 
 
 // unsupportedLedger returns an error wrapping errLedgerUnsupported when a
 // request t needs (OffsetForLeaderEpoch; for a probe also Fetch and
-// ListOffsets) is left out by the client's MaxVersions or, asked now, by
-// the leader's ApiVersions; nil if both have them, or the leader could not
-// be asked (a transient failure: the check is retried).
+// ListOffsets) is left out by the client's MaxVersions or by the leader's
+// ApiVersions (asked once and kept in p.ledgerAPIs: a check that fails
+// again and again does not ask it again each time); nil if both have them,
+// or the leader could not be asked (a transient failure: the check is
+// retried).
 func (p *Producer) unsupportedLedger(t ledgerTask, leader int32) error {
 	keys := []kmsg.Key{kmsg.OffsetForLeaderEpoch}
 	if t.probe != nil {
@@ -542,24 +545,81 @@ func (p *Producer) unsupportedLedger(t ledgerTask, leader int32) error {
 			}
 		}
 	}
-	req := kmsg.NewPtrApiVersionsRequest()
-	req.ClientSoftwareName, req.ClientSoftwareVersion = "kepoch", "1" // v3+ refuses empty names
-	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
-	defer cancel()
-	kr, err := p.cl.Broker(int(leader)).Request(ctx, req)
-	if err != nil {
-		return nil
+	addr := "" // a node metadata does not describe (yet) is cached as such
+	bs := p.meta.Brokers()
+	if i, ok := slices.BinarySearchFunc(bs, leader, func(b metadata.Broker, id int32) int { return cmp.Compare(b.NodeID, id) }); ok {
+		addr = bs[i].Addr()
 	}
-	resp := kr.(*kmsg.ApiVersionsResponse)
-	if resp.ErrorCode != 0 {
-		return nil
+	listed, ok := p.ledgerAPIs.lookup(leader, addr, time.Now())
+	if !ok {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.ClientSoftwareName, req.ClientSoftwareVersion = "kepoch", "1" // v3+ refuses empty names
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
+		defer cancel()
+		kr, err := p.cl.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			return nil
+		}
+		resp := kr.(*kmsg.ApiVersionsResponse)
+		if resp.ErrorCode != 0 {
+			return nil
+		}
+		listed = make(map[int16]bool, len(resp.ApiKeys))
+		for _, a := range resp.ApiKeys {
+			if a.MaxVersion >= 0 {
+				listed[a.ApiKey] = true
+			}
+		}
+		p.ledgerAPIs.store(leader, addr, time.Now(), listed)
 	}
 	for _, k := range keys {
-		if !slices.ContainsFunc(resp.ApiKeys, func(a kmsg.ApiVersionsResponseApiKey) bool { return a.ApiKey == int16(k) && a.MaxVersion >= 0 }) {
+		if !listed[int16(k)] {
 			return fmt.Errorf("%w: broker %d does not list %s in its ApiVersions", errLedgerUnsupported, leader, kmsg.NameForKey(int16(k)))
 		}
 	}
 	return nil
+}
+
+// ledgerAPIsTTL bounds how long unsupportedLedger trusts a broker's
+// ApiVersions answer. What a broker lists changes only when its software
+// does, which takes a restart (at the same address, unseen by metadata); a
+// minute outlasts one check's retries (about 21 s with the default
+// RetryBackoff), so a check failing again and again costs one ApiVersions
+// request, and a broker upgraded in place is believed within a minute.
+const ledgerAPIsTTL = time.Minute
+
+// brokerAPIs caches, per broker node, the request keys its ApiVersions
+// answer listed (with a max version ≥ 0), with the address metadata gave
+// the node when it was asked: a node moved to another address (another
+// broker process, maybe another version) is asked again, and so is one
+// asked ledgerAPIsTTL ago or more. Failed or refused ApiVersions questions
+// are not cached. Not safe for concurrent use.
+type brokerAPIs struct {
+	by map[int32]brokerAPIsEntry
+}
+
+type brokerAPIsEntry struct {
+	addr   string
+	at     time.Time
+	listed map[int16]bool
+}
+
+// lookup returns the keys node listed, if it was asked at addr less than
+// ledgerAPIsTTL before now.
+func (c *brokerAPIs) lookup(node int32, addr string, now time.Time) (map[int16]bool, bool) {
+	e, ok := c.by[node]
+	if !ok || e.addr != addr || now.Sub(e.at) >= ledgerAPIsTTL {
+		return nil, false
+	}
+	return e.listed, true
+}
+
+// store records the keys node, at addr, listed at now.
+func (c *brokerAPIs) store(node int32, addr string, now time.Time, listed map[int16]bool) {
+	if c.by == nil {
+		c.by = make(map[int32]brokerAPIsEntry)
+	}
+	c.by[node] = brokerAPIsEntry{addr: addr, at: now, listed: listed}
 }
 
 // retryLedger queues a failed check again after a backoff (a newer leader

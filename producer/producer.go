@@ -133,6 +133,7 @@ type Producer struct {
 	pidWake      chan struct{}
 	ledgerQ      []ledgerTask
 	ledgerW      chan struct{}
+	ledgerAPIs   brokerAPIs // owned by ledgerLoop (unsupportedLedger), not under mu
 	comp         *compress.Compressor
 
 	// Callbacks, run in order by callbackLoop (see accumulator.go).
