@@ -172,7 +172,16 @@ func TestRewrittenBatchExpiresOnce(t *testing.T) {
 			t.Fatalf("b resent as %+v after the rewrite; want epoch %d, sequence 0", b, before.Epoch+1)
 		}
 	}
-	wantLog(t, c, 0, []string{"a", "c"})
+	// An attempt of b on the wire when it expired (the second bump says
+	// so) may reach the broker after the script stopped refusing (seen
+	// under -race on a loaded machine) and write b, once, before c: its
+	// outcome was reported unknown. Without that attempt nothing may
+	// write it.
+	want := []string{"a", "c"}
+	if got := values(partitionLog(t, c, 0)); p.Bumps() == 2 && len(got) == 3 {
+		want = []string{"a", "b", "c"}
+	}
+	wantLog(t, c, 0, want)
 }
 
 // The same rewritten batch still on the wire at its delivery deadline is
