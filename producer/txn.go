@@ -343,19 +343,53 @@ func (p *Producer) txnLoop() {
 				p.txnDone = nil
 				p.txnOpEndedLocked()
 			}
-			resend := retry && p.txnSend != nil
+			resend := p.txnSend
+			if !retry {
+				resend = nil
+			}
 			p.mu.Unlock()
-			if resend {
-				// The coordinator did not settle it and the TxnState
-				// sends again: pace the resends.
-				select {
-				case <-p.ctx.Done():
-					return
-				case <-time.After(p.cfg.retryBackoff):
-				}
+			// The coordinator did not settle it and the TxnState sends
+			// again: pace the resends.
+			if resend != nil && !p.txnBackoff(resend) {
+				return
 			}
 			if p.ctx.Err() != nil {
 				return
+			}
+		}
+	}
+}
+
+// txnBackoff sleeps the retry backoff before resend, the request the
+// TxnState handed out to be sent again, and reports false if the producer
+// stopped meanwhile. It ends early once resend is no longer the request to
+// send (an abort dropped an AddPartitionsToTxn waiting here): the backoff
+// paces resends of the request the coordinator refused, and what replaces
+// it (EndTxn) is another request, which Java's client does not hold back
+// either (it sleeps the backoff only before a retried request). An EndTxn
+// refused for the same reason as the add (CONCURRENT_TRANSACTIONS,
+// COORDINATOR_LOAD_IN_PROGRESS: the coordinator is busy with the
+// transactional ID) is then paced by its own backoff: one request more,
+// while waiting out the add's delayed every such abort by up to the
+// backoff, whatever the add's refusal was about (a partition refused or
+// left out concerns no EndTxn).
+func (p *Producer) txnBackoff(resend TxnRequest) bool {
+	timer := time.NewTimer(p.cfg.retryBackoff)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-p.txnWake:
+			// The token may be the one that handed resend out:
+			// only a different request ends the wait.
+			p.mu.Lock()
+			same := p.txnSend == resend
+			p.mu.Unlock()
+			if !same {
+				return true
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,6 +76,54 @@ func TestTxnAbortDropsAddPartitionsWaitingForBackoff(t *testing.T) {
 			healed.Store(true)
 			commitTxn(t, ctx, p, prec(0, "c"), prec(1, "d"))
 			wantCommittedAnyOrder(t, c, "c", "d")
+		})
+	}
+}
+
+// The EndTxn(abort) that replaces an AddPartitionsToTxn dropped while it
+// waited out its retry backoff goes out at once: the backoff paces resends
+// of the refused add, not the next request (an EndTxn still refused is
+// paced by its own backoff). Before, the txn loop slept the rest of the
+// add's backoff first, so the abort took up to RetryBackoff longer: here
+// its 5s context ended within the 10s backoff.
+func TestTxnAbortEndTxnDoesNotWaitOutDroppedAddBackoff(t *testing.T) {
+	for _, code := range []*kerr.Error{kerr.ConcurrentTransactions, kerr.UnknownTopicOrPartition} {
+		t.Run(code.Message, func(t *testing.T) {
+			c := newCluster(t, 2)
+			p, _ := newTxnProducer(t, c, "txn-abort-backoff-endtxn", producer.RetryBackoff(10*time.Second))
+			ctx := testCtx(t, 5*time.Second)
+			var adds atomic.Int32 // AddPartitionsToTxn naming partition 0, refused
+			c.ControlKey(int16(kmsg.AddPartitionsToTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
+					if slices.Contains(rt.Partitions, 0) {
+						adds.Add(1)
+						return addPartitionsRefused(req, code.Code), nil, true
+					}
+				}
+				return nil, nil, false
+			})
+			if err := p.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			mustOK(t, sendAll(t, ctx, p, prec(1, "a"))) // the transaction started: the abort needs EndTxn
+			pr := sendAsync(t, ctx, p, prec(0, "b"))
+			eventually(t, 4*time.Second, "the refused add waiting out its backoff", func() bool {
+				return adds.Load() == 1 && producer.TxnResendWaiting(p)
+			})
+			ends := observe(c, kmsg.EndTxn)
+			if err := p.AbortTransaction(ctx); err != nil {
+				t.Fatalf("AbortTransaction: %v (its EndTxn waited out the dropped add's backoff)", err)
+			}
+			if got := ends.Hits(); got != 1 {
+				t.Fatalf("EndTxn sent %d times; want once", got)
+			}
+			if got := adds.Load(); got != 1 {
+				t.Fatalf("AddPartitionsToTxn for partition 0 sent %d times; want once", got)
+			}
+			if r := pr.wait(time.Second)[0]; !errors.Is(r.Err, producer.ErrTransactionAborted) {
+				t.Fatalf("record waiting for its partition: %v; want ErrTransactionAborted", r.Err)
+			}
 		})
 	}
 }
