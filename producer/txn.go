@@ -522,7 +522,7 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		d := Answered
 		if code, ok := lookupRefusal(err); ok {
 			for _, tp := range r.Partitions {
-				results = append(results, AddPartitionResult{TP: tp, Code: code})
+				results = append(results, AddPartitionResult{TP: tp, Code: code, Lookup: true})
 			}
 		} else if err != nil {
 			d = p.delivery(err)
@@ -555,7 +555,7 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		resp, err := req.RequestWith(ctx, p.cl)
 		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost}
 		if code, ok := lookupRefusal(err); ok {
-			res.Code = code
+			res.Code, res.Lookup = code, true
 		} else if err != nil {
 			res.Delivery = p.delivery(err)
 		} else {

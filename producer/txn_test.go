@@ -39,7 +39,7 @@ func TestAddPartitionsResults(t *testing.T) {
 		return tr
 	}
 	abortable := kerr.TransactionAbortable.Code
-	both := []AddPartitionResult{{tp0, 0}, {tp1, abortable}}
+	both := []AddPartitionResult{{TP: tp0}, {TP: tp1, Code: abortable}}
 	cases := []struct {
 		name string
 		resp func(*kmsg.AddPartitionsToTxnResponse)
@@ -58,7 +58,7 @@ func TestAddPartitionsResults(t *testing.T) {
 		}, both},
 		{"v4, top-level code", func(r *kmsg.AddPartitionsToTxnResponse) {
 			r.Version, r.ErrorCode = 4, kerr.ClusterAuthorizationFailed.Code
-		}, []AddPartitionResult{{tp0, kerr.ClusterAuthorizationFailed.Code}, {tp1, kerr.ClusterAuthorizationFailed.Code}}},
+		}, []AddPartitionResult{{TP: tp0, Code: kerr.ClusterAuthorizationFailed.Code}, {TP: tp1, Code: kerr.ClusterAuthorizationFailed.Code}}},
 		{"v4, not our transaction", func(r *kmsg.AddPartitionsToTxnResponse) {
 			r.Version = 4
 			r.Transactions = []kmsg.AddPartitionsToTxnResponseTransaction{txn("other", 0, 0)}

@@ -804,6 +804,25 @@ func coordinatorRetry(code int16) (retry, find bool) {
 	return false, false
 }
 
+// appliedUnanswered reports whether the transaction coordinator's answer
+// code to AddPartitionsToTxn or EndTxn may come after the request was
+// applied, as no answer at all may. REQUEST_TIMED_OUT and
+// NETWORK_EXCEPTION; and COORDINATOR_NOT_AVAILABLE, which Kafka's
+// coordinator answers when the append of the new transaction state to its
+// log failed NOT_ENOUGH_REPLICAS_AFTER_APPEND or timed out waiting for the
+// replicas (REQUEST_TIMED_OUT): the record is in the leader's log, may
+// still be replicated, and a coordinator that loads the log then has the
+// partitions added (the transaction started) or the EndTxn's commit or
+// abort under way, although this one kept its state as before. The other
+// retriable codes are answered before anything is appended.
+func appliedUnanswered(code int16) bool {
+	switch code {
+	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code, kerr.CoordinatorNotAvailable.Code:
+		return true
+	}
+	return false
+}
+
 // retryOutstanding queues the outstanding request to be sent again.
 func (t *TxnState) retryOutstanding(find bool) TxnStep {
 	t.resend, t.outstanding = t.outstanding, nil
@@ -899,6 +918,9 @@ func (t *TxnState) fatalAfterCommit(err error, committed bool) TxnStep {
 type AddPartitionResult struct {
 	TP   TopicPartition
 	Code int16
+	// Lookup: Code is the refusal of the coordinator's lookup, not the
+	// coordinator's answer: the request was not sent.
+	Lookup bool
 }
 
 // HandleAddPartitions applies the answer to the outstanding
@@ -917,8 +939,10 @@ type AddPartitionResult struct {
 //	  OPERATION_NOT_ATTEMPTED
 //	REQUEST_TIMED_OUT, NETWORK_EXCEPTION    add again; the transaction may have started (as after
 //	                                        NoResponse: the request may have been applied)
-//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, add again
-//	  AVAILABLE
+//	COORDINATOR_NOT_AVAILABLE               rediscover the coordinator, add again; answered by the
+//	                                        coordinator (not Lookup), the transaction may have started
+//	                                        (appliedUnanswered)
+//	NOT_COORDINATOR                         rediscover the coordinator, add again
 //	UNKNOWN_PRODUCER_ID                     abortable, bump after the abort
 //	INVALID_PRODUCER_ID_MAPPING             abortable, bump, skip EndTxn
 //	TOPIC_AUTHORIZATION_FAILED,             abortable
@@ -961,7 +985,7 @@ func (t *TxnState) HandleAddPartitions(delivery Delivery, results []AddPartition
 		}
 		answered[r.TP] = true
 		if retry, find := coordinatorRetry(r.Code); retry {
-			if r.Code == kerr.RequestTimedOut.Code || r.Code == kerr.NetworkException.Code {
+			if !r.Lookup && appliedUnanswered(r.Code) {
 				// Not a refusal before applying it (as the other
 				// retriable codes are): it may have started the
 				// transaction, and an abort that drops the resend
@@ -1013,6 +1037,9 @@ type EndTxnResult struct {
 	Delivery Delivery
 	Code     int16
 	Producer ProducerID
+	// Lookup: Code is the refusal of the coordinator's lookup, not the
+	// coordinator's answer: the request was not sent.
+	Lookup bool
 	// Resent: an earlier attempt of this request was written but got no
 	// answer, and the transport sent it again (it may have been applied).
 	Resent bool
@@ -1032,10 +1059,11 @@ type EndTxnResult struct {
 //	  without an answer                     (HandleOffsets)
 //	NONE, otherwise                         → Ready
 //	NotSent, NoResponse; CONCURRENT_        send the same EndTxn again (the coordinator answers a repeat
-//	  TRANSACTIONS, COORDINATOR_LOAD_IN_    of a completed one with NONE)
-//	  PROGRESS, REQUEST_TIMED_OUT
-//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, same EndTxn
-//	  AVAILABLE
+//	  TRANSACTIONS, COORDINATOR_LOAD_IN_    of a completed one with NONE); after NoResponse or
+//	  PROGRESS, REQUEST_TIMED_OUT           REQUEST_TIMED_OUT the attempt may have been applied
+//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, same EndTxn; COORDINATOR_NOT_
+//	  AVAILABLE                             AVAILABLE answered by the coordinator (not Lookup): the
+//	                                        attempt may have been applied (appliedUnanswered)
 //	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
 //	TRANSACTION_ABORTABLE (commit)          abortable, bump
 //	INVALID_TXN_STATE, start uncertain      the transaction never started: ended, then bump
@@ -1061,7 +1089,7 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 		return t.retryOutstanding(false), nil
 	}
 	if retry, find := coordinatorRetry(r.Code); retry {
-		if r.Code == kerr.RequestTimedOut.Code || r.Code == kerr.NetworkException.Code {
+		if !r.Lookup && appliedUnanswered(r.Code) {
 			t.endTxnUncertain = true
 		}
 		return t.retryOutstanding(find), nil

@@ -9,7 +9,9 @@ package producer
 // Requests and answers are lost, batches refused or appended-then-refused,
 // and an EndTxn whose answer was lost may arrive again much later
 // (KAFKA-17754); an applied AddPartitionsToTxn whose answer was lost may
-// be resent by the transport, and the resend refused. The application also
+// be resent by the transport, and the resend refused; an
+// AddPartitionsToTxn or EndTxn may be applied and answered
+// COORDINATOR_NOT_AVAILABLE (a timed-out transaction-log append). The application also
 // commits consumed offsets (SendOffsetsToTransaction: AddOffsetsToTxn,
 // then TxnOffsetCommit, each
 // attempt a step interleaved with the rest); a model group coordinator
@@ -384,16 +386,27 @@ func (d *txnDriver) answerCoordinator() {
 			}
 		default:
 			// CONCURRENT_TRANSACTIONS is answered before anything is
-			// applied; REQUEST_TIMED_OUT may come after the add was.
-			code := int16(0)
+			// applied; REQUEST_TIMED_OUT may come after the add was,
+			// and so may COORDINATOR_NOT_AVAILABLE (Kafka's answer
+			// when the append to the transaction log timed out: the
+			// next coordinator may load it), which may also come
+			// before (the coordinator was unloading).
+			code, applied := int16(0), true
 			if concurrent {
-				code = kerr.ConcurrentTransactions.Code
-				if d.rng.Intn(2) == 0 {
+				switch d.rng.Intn(3) {
+				case 0:
 					d.stats["add-timed-out"]++
 					code = kerr.RequestTimedOut.Code
+				case 1:
+					code, applied = kerr.CoordinatorNotAvailable.Code, d.rng.Intn(2) == 0
+					if applied {
+						d.stats["add-not-available-applied"]++
+					}
+				default:
+					code, applied = kerr.ConcurrentTransactions.Code, false
 				}
 			}
-			if code != kerr.ConcurrentTransactions.Code {
+			if applied {
 				c.txn, c.ended = d.curTxn, false
 			}
 			for _, tp := range r.Partitions {
@@ -433,10 +446,14 @@ func (d *txnDriver) answerCoordinator() {
 		d.step(s)
 	case *EndTxnRequest:
 		res := EndTxnResult{Producer: NoProducerID}
+		// COORDINATOR_NOT_AVAILABLE after the EndTxn was applied: the
+		// append of its state timed out, and the next coordinator
+		// loaded it.
+		notAvailable, applied := concurrent && d.rng.Intn(2) == 0, false
 		switch {
 		case lostRequest:
 			res.Delivery = NoResponse
-		case concurrent:
+		case concurrent && !notAvailable:
 			res.Code = kerr.ConcurrentTransactions.Code
 		case c.ended && r.Producer == c.endedBy && r.Commit == c.result:
 			if c.tv2 {
@@ -449,7 +466,7 @@ func (d *txnDriver) answerCoordinator() {
 			d.aborted[d.curTxn] = true
 			c.ended, c.result, c.endedBy = true, false, r.Producer
 			c.bump()
-			res.Producer = c.producer
+			res.Producer, applied = c.producer, true
 		case c.txn == 0:
 			res.Code = kerr.InvalidTxnState.Code // state Empty: no transaction to end
 		case r.Producer != c.producer:
@@ -467,6 +484,11 @@ func (d *txnDriver) answerCoordinator() {
 				c.bump()
 				res.Producer = c.producer
 			}
+			applied = true
+		}
+		if notAvailable && applied {
+			d.stats["endtxn-not-available-applied"]++
+			res = EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code, Producer: NoProducerID}
 		}
 		if lostAnswer {
 			res = EndTxnResult{Delivery: NoResponse}
@@ -888,7 +910,8 @@ func TestTxnModelRandomized(t *testing.T) {
 	for _, k := range []string{"ack", "failed", "split", "committed", "aborted", "empty-commit", "init-bump",
 		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
 		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed",
-		"add-resend-refused", "add-resend-retriable", "add-resend-unsent", "add-timed-out", "abort-add-unsent"} {
+		"add-resend-refused", "add-resend-retriable", "add-resend-unsent", "add-timed-out", "abort-add-unsent",
+		"add-not-available-applied", "endtxn-not-available-applied"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}

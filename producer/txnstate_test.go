@@ -1217,6 +1217,28 @@ func TestTxnStopDuringCommit(t *testing.T) {
 		h.endTxn(EndTxnResult{Code: kerr.ConcurrentTransactions.Code})
 		unknown(t, h, h.tx.Stop(false, nil))
 	})
+	// Kafka's coordinator answers COORDINATOR_NOT_AVAILABLE when the
+	// append of PrepareCommit to its log timed out or failed after the
+	// append: a coordinator that loads the log completes the commit. It
+	// was taken for a refusal before anything was applied: not committed.
+	t.Run("EndTxn answered COORDINATOR_NOT_AVAILABLE, resend not sent", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		step, _ := h.tx.Commit()
+		h.wantSend(step, commitReq)
+		step = h.endTxn(EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code})
+		h.wantSend(step, commitReq)
+		unknown(t, h, h.tx.Stop(true, nil))
+	})
+	t.Run("EndTxn's coordinator lookup refused COORDINATOR_NOT_AVAILABLE, resend not sent", func(t *testing.T) {
+		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+		h.begin(tp0)
+		step, _ := h.tx.Commit()
+		h.wantSend(step, commitReq)
+		step = h.endTxn(EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code, Lookup: true})
+		h.wantSend(step, commitReq)
+		notCommitted(t, h, h.tx.Stop(true, nil))
+	})
 	t.Run("EndTxn answer lost, resend not sent", func(t *testing.T) {
 		h := newTxn(t, TxnConfig{CoordinatorBumps: true})
 		h.begin(tp0)
@@ -1575,6 +1597,20 @@ func TestTxnAbortDropsUnsentAddPartitions(t *testing.T) {
 			h.tx.AddPartition(tp0)
 			return answer(h, Answered, kerr.RequestTimedOut.Code, false)
 		}, TxnInTransaction, true},
+		// The coordinator's log append timed out or failed after the
+		// append: the next coordinator may load the partition added.
+		{"COORDINATOR_NOT_AVAILABLE", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.CoordinatorNotAvailable.Code, false)
+		}, TxnInTransaction, true},
+		{"coordinator lookup refused COORDINATOR_NOT_AVAILABLE", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			step, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: kerr.CoordinatorNotAvailable.Code, Lookup: true}}, false)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			return step
+		}, TxnInTransaction, false},
 		{"another partition added", func(h *txnHarness) TxnStep {
 			h.tx.AddPartition(tp1)
 			if _, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp1}}, false); err != nil {
@@ -1623,4 +1659,34 @@ func TestTxnAbortDropsUnsentAddPartitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An AddPartitionsToTxn answered COORDINATOR_NOT_AVAILABLE may have been
+// applied (the coordinator's log append timed out, and the next
+// coordinator may load it), so the abort dropping its resend sends
+// EndTxn(abort). If it was not applied after all, the coordinator refuses
+// the EndTxn with INVALID_TXN_STATE (state Empty, or the previous
+// transaction's Complete state): the transaction never started, and the
+// abort ends it with an epoch bump, not fatally. Before, the add was taken
+// as refused unapplied and the abort ended the transaction locally,
+// leaving one the coordinator may come to hold open.
+func TestTxnAddCoordinatorNotAvailableNeverStarted(t *testing.T) {
+	h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+	if err := h.tx.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	h.tx.AddPartition(tp0)
+	step, err := h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: kerr.CoordinatorNotAvailable.Code}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !step.FindCoordinator {
+		t.Fatalf("resend %+v; want the coordinator rediscovered", step)
+	}
+	step, err = h.tx.Abort(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+	h.bumpDone(h.endTxn(EndTxnResult{Code: kerr.InvalidTxnState.Code, Producer: NoProducerID}), "abort of a transaction that never started")
 }
