@@ -293,6 +293,16 @@ func (c *Consumer) stepLocked(p *part, ev seek.Event) {
 	for i := range acts {
 		c.actLocked(p, acts[i])
 	}
+	if p.fetch != nil && !p.m.AwaitsFetch(p.fetch.Req) {
+		// The machine superseded the fetch (a new leader epoch to
+		// validate, a reset, a leader unknown): not sent yet, it must
+		// not be (it named the old leader and epoch, and its answer is
+		// ignored); in flight, its answer is told apart by request ID,
+		// not by p.fetch. Kept, it was still routed to the old leader
+		// (routeLocked), put in that loop's next request (build) and
+		// handed to a fetch loop by Resume.
+		p.fetch = nil
+	}
 	if p.nearest != nil && p.m.State() != seek.StateAwaitingValidation {
 		// The machine moved on without a resolution to report: there
 		// was nothing to ask the leader (offset 0, or metadata without
