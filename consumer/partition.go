@@ -329,13 +329,19 @@ func (c *Consumer) actLocked(p *part, a seek.Action) {
 	case seek.ActFetch:
 		f := a.Fetch
 		p.fetch, p.sent = &f, false
-		if p.flying != nil {
+		to := c.routeLocked(p, time.Now())
+		if p.flying != nil && p.flying.id == to {
 			// The fetch in flight asks for what the partition no
-			// longer wants (it was seeked or reassigned): do not wait
-			// up to FetchMaxWait for it.
+			// longer wants (it was seeked or reassigned), and the new
+			// one waits for its answer: do not wait up to
+			// FetchMaxWait for it. One in flight at another broker
+			// (the old leader) holds the new one up in no way: its
+			// answer is stale, and a cancel would cost the other
+			// partitions in it their fetch and the broker's
+			// connection (kgo closes a canceled request's).
 			p.flying.cancelLocked()
 		}
-		c.fetchableLocked(p, c.routeLocked(p, time.Now()))
+		c.fetchableLocked(p, to)
 	case seek.ActValidate:
 		c.offsets.addValidate(p.tp, a.Validate)
 	case seek.ActListOffsets:

@@ -194,3 +194,53 @@ func TestSupersededQueuedFetchNotSent(t *testing.T) {
 		})
 	}
 }
+
+// A partition's fetch in flight, superseded by a leader change that moves
+// the partition to another broker, does not get the request it is in
+// canceled when the partition's new fetch is sent to the new leader: that
+// request's answer holds the new fetch up on no broker, and a cancel costs
+// the other partitions in it their fetch (asked again) and the broker's
+// connection (kgo closes a canceled request's). Here partitions 0 and 1
+// share a leader and a fetch, held on its way out, when partition 1 moves.
+func TestLeaderChangeKeepsOthersFetch(t *testing.T) {
+	c := newClusterWith(t, 2)
+	from := c.LeaderFor(topic, 0)
+	if err := c.MoveTopicPartition(topic, 1, from); err != nil {
+		t.Fatal(err)
+	}
+	to := (from + 1) % 3
+	h := newFetchHolder(func(broker int32, req *kmsg.FetchRequest) bool {
+		return broker == from && fetchOffset(req, 0) >= 0 && fetchOffset(req, 1) >= 0
+	})
+	cons := newConsumer(t, c)
+	consumer.InterceptFetches(cons, h.send)
+	assignAll(t, cons, 2, consumer.At(0))
+	h.waitHeld(t)
+	epoch := c.PartitionInfo(topic, 1).Epoch
+	if err := c.MoveTopicPartition(topic, 1, to); err != nil {
+		t.Fatal(err)
+	}
+	n := h.count()
+	consumer.StepMetadataEvent(cons, metadata.Event{Kind: metadata.LeaderChanged, Topic: topic,
+		TopicID: metadata.TopicID(c.TopicInfo(topic).TopicID), Partition: 1,
+		PrevLeader: from, PrevLeaderEpoch: epoch, Leader: to, LeaderEpoch: epoch + 1})
+	waitFor(t, 10*time.Second, "a fetch of partition 1 from its new leader", func() bool {
+		for _, f := range h.since(n) {
+			if f.broker == to && fetchOffset(f.req, 1) >= 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if h.heldCanceled() {
+		t.Fatalf("the fetch of partition 0 in flight at broker %d was canceled by partition 1's move to broker %d", from, to)
+	}
+	h.release()
+	produceRange(t, c, 0, 0, 5)
+	produceRange(t, c, 1, 0, 5)
+	recs, evs, errs := pollUntil(t, cons, 10, 10*time.Second)
+	if len(evs)+len(errs) > 0 {
+		t.Fatalf("events %v, errors %v", evs, errs)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 0, 1: 0}, map[int32]int64{0: 5, 1: 5})
+}
