@@ -442,3 +442,43 @@ func testCorruptBatchHalts(t *testing.T, answer func(t *testing.T) []byte) {
 	}
 	checkInOrder(t, more, map[int32]int64{0: 12}, map[int32]int64{0: 20})
 }
+
+// An answer holding part of one batch and no whole one (a broker below
+// Fetch v3 cutting a batch larger than FetchMaxPartitionBytes; Kafka from v3
+// returns a partition's first batch whole, or nothing) lets the consumer
+// make no progress: it is an error naming the partition and the offset, the
+// partition halts, and nothing is fetched again and again in silence.
+func TestPartialOnlyAnswerHaltsPartition(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 10)
+	cons, recs := startAt0(t, c, 10, consumer.DisableFetchSessions())
+
+	var cut int
+	c.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.FetchRequest)
+		if len(req.Topics) == 0 || len(req.Topics[0].Partitions) == 0 || req.Topics[0].Partitions[0].FetchOffset != 10 {
+			return nil, nil, false
+		}
+		cut++
+		b := oneRecordBatch(t, nil, 10, 0)
+		return fetchAnswer(req, 15, b[:len(b)/2]), nil, true
+	})
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(errs) == 0 {
+		f, err := cons.Poll(ctx)
+		if err != nil {
+			t.Fatalf("poll: %v (records %d, %d cut answers): the consumer went on fetching the same offset without a report", err, len(recs), cut)
+		}
+		recs = append(recs, f.Records...)
+		errs = append(errs, f.Errors...)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 0}, map[int32]int64{0: 10})
+	var pe *errors.PartitionError
+	if len(errs) != 1 || !errors.As(errs[0], &pe) || pe.Topic != topic || pe.Partition != 0 || pe.Offset != 10 ||
+		!errors.Is(errs[0], errors.ErrMessageTooLarge) {
+		t.Fatalf("errors %v; want one for partition 0 at offset 10 matching ErrMessageTooLarge", errs)
+	}
+}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -500,8 +501,27 @@ func (c *Consumer) decode(it *batch.Iterator, tp TopicPartition, rp *kmsg.FetchR
 		d.spans = append(d.spans, sp)
 	}
 	d.err = it.Err()
+	if d.err == nil && len(d.spans) == 0 && it.Partial() {
+		d.err = partialOnly(tp, rp.RecordBatches, start)
+	}
 	it.Reset(nil, batch.Options{}) // keep nothing of the answer alive
 	return d
+}
+
+// partialOnly is the error of an answer whose records are part of one batch
+// and no whole one: the position cannot move, and fetching it again gets the
+// same. Kafka from Fetch v3 returns a partition's first batch whole or
+// nothing; a broker below v3 cuts a batch larger than the partition's limit
+// (FetchMaxPartitionBytes), as may a broker that is not Kafka's. It matches
+// errors.ErrMessageTooLarge, as Java's RecordTooLargeException there.
+func partialOnly(tp TopicPartition, raw []byte, start int64) error {
+	base := start
+	if len(raw) >= 8 {
+		base = int64(binary.BigEndian.Uint64(raw))
+	}
+	return &batch.DecodeError{Topic: tp.Topic, Partition: tp.Partition, Offset: base,
+		Reason: fmt.Sprintf("the answer holds %d bytes of a batch and no whole batch: nothing past offset %d can be read (a batch larger than FetchMaxPartitionBytes cut by the broker)", len(raw), start),
+		Err:    errors.ErrMessageTooLarge}
 }
 
 // collectLocked takes what Poll returns: pending reports and errors, then the
