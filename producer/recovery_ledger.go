@@ -157,7 +157,7 @@ type CheckResult struct {
 	// producer) and their newest batch was not found with its CRC,
 	// because their offsets lie in a gap (compaction) that nothing of
 	// theirs follows, or because the log start passed them before they
-	// were ever found in the log. They may be lost; they are no longer
+	// were found in the current leader's log. They may be lost; they are no longer
 	// tracked. Each has Unconfirmed set. From AbandonQuery
 	// and AbandonProbe: the ranges a check that could not be made was to
 	// verify, each with Err set too.
@@ -284,13 +284,15 @@ const DefaultLedgerRanges = 1024
 // Unconfirmed at each leader change, as without a CRC.
 //
 // The log start proves nothing either: offsets retention (or DeleteRecords)
-// moved it past were removed only if they were in the log then. A range with
-// an exact epoch was proven present (by its append epoch, or by the check
-// that made it exact), and its offsets below the log start are dropped in
-// silence. An inexact suspect range was never found in the log since it was
-// acknowledged (the tail probe confirms what it can before any walk), and an
-// unclean election may have cut it before the log start passed it: those
-// offsets are reported Unconfirmed, the rest of it is walked. The bound's
+// moved it past were removed only if they were in the log then. Only a range
+// proven present in the current leader's log (exact, and recorded under its
+// epoch or confirmed by a check against it) has its offsets below the log
+// start dropped in silence. A suspect range was not: an inexact one was
+// never found in the log since it was acknowledged (the tail probe confirms
+// what it can before any walk), an exact one only in an older leader's log,
+// and the leader change since may have been an unclean election that cut it
+// before the log start passed it: those offsets are reported Unconfirmed,
+// the rest of it is walked. The bound's
 // dropped offsets (Untracked) are reported below the log start too: whether
 // they were ever proven present is no longer known.
 //
@@ -637,6 +639,14 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	return res
 }
 
+// provenIn reports whether e is known to have been in the log of the leader
+// of cur: its epoch is exact (it was found in a log, or recorded so) and the
+// log it was found in is cur's (recorded under cur, or confirmed by a check
+// against cur's leader). Only then did a log start of cur's leader that has
+// passed its offsets remove them by retention: proven in an older leader's
+// log, an unclean election since may have cut it first.
+func provenIn(e *ledgerEntry, cur int32) bool { return e.EpochExact && e.presentIn >= cur }
+
 // survive marks e as present in the log of leader epoch cur, and records it
 // as an anchor for the log it was known present in before.
 func (l *AckLedger) survive(e *ledgerEntry, cur int32, anchors map[int32]int64) {
@@ -814,14 +824,14 @@ func seqBefore(e, t *ledgerEntry) bool {
 // beyond the log end, are lost, each offset judged by the batch holding it;
 // offsets in a gap not proven compaction are Unconfirmed. Offsets below the
 // log start are dropped without a report only when the range was proven
-// present before the log start passed them: its epoch is exact (recorded
-// so, or confirmed by an earlier check), so retention removed them. An
-// inexact range was never found in the log since it was acknowledged (the
-// check that finds it makes it exact; a tail probe that confirms it does so
-// before this walk), and an unclean election may have cut it before
-// retention or DeleteRecords moved the log start past it: its offsets below
-// the log start, wholly or in part, are reported Unconfirmed, and the rest
-// of it is judged as above. Ranges the fetch did not reach stay suspect and
+// present in the current leader's log (provenIn), so retention removed
+// them. An inexact range was never found in the log since it was
+// acknowledged (the check that finds it makes it exact; a tail probe that
+// confirms it does so before this walk), an exact one only in an older
+// leader's log, and an unclean election may have cut it before retention or
+// DeleteRecords moved the log start past it: its offsets below the log
+// start, wholly or in part, are reported Unconfirmed, and the rest of it is
+// judged as above. Ranges the fetch did not reach stay suspect and
 // CheckResult.Probe continues from them.
 func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 	var res CheckResult
@@ -847,15 +857,19 @@ func (l *AckLedger) ApplyProbe(pr Probe, r ProbeResult) CheckResult {
 		if ls := r.LogStartOffset; ls > e.From {
 			// The log start passed its offsets below ls. Retention
 			// (or DeleteRecords) removed them only if they were in
-			// this log when it did: an exact range was (it was
-			// proven present by its recorded epoch, or by an
-			// earlier check), but an inexact one was never found
-			// in the log since it was acknowledged (confirming it
-			// makes it exact), and an unclean election may have cut
-			// it before the log start moved past it. Nothing can
-			// tell the two apart any more: Unconfirmed, not
-			// dropped in silence.
-			if !e.EpochExact {
+			// this log when it did: a range proven present in the
+			// current leader's log was, but a suspect range
+			// hardly ever is. An inexact one was never found in
+			// the log since it was acknowledged (confirming it
+			// makes it exact); an exact one was proven present in
+			// an older leader's log (its append epoch's, or the
+			// one of the check that confirmed it), and the leader
+			// change that sent it here (an answer of -1/-1, or a
+			// possible echo) may have been an unclean election
+			// that cut it before the log start moved past it.
+			// Nothing can tell the two apart any more:
+			// Unconfirmed, not dropped in silence.
+			if !provenIn(e, cur) {
 				head := *e
 				head.To = min(e.To, ls)
 				res.Unconfirmed = append(res.Unconfirmed, unconfirmed(pr.TP, &head, cur))

@@ -79,9 +79,10 @@ func TestLedgerLogStartPassed(t *testing.T) {
 			t.Fatalf("lost %+v; want [14, 20)", r.Lost)
 		}
 	})
-	t.Run("confirmed then passed", func(t *testing.T) {
+	t.Run("confirmed, then passed after a leader change", func(t *testing.T) {
 		// The tail probe finds [12, 20)'s last batch under the epoch
-		// both were recorded under: both are proven present (exact).
+		// both were recorded under: both are proven present (exact)
+		// in the log of epoch 4's leader.
 		l := NewAckLedger(0)
 		rec(t, l, 0, 10, 3, false)
 		rec(t, l, 12, 20, 3, false)
@@ -94,9 +95,12 @@ func TestLedgerLogStartPassed(t *testing.T) {
 		if len(r.Lost)+len(r.Unconfirmed) != 0 || r.Probe != nil {
 			t.Fatalf("tail result %+v", r)
 		}
-		// A leader the epoch argument cannot place them for has them
-		// probed; retention has removed them meanwhile: nothing to
-		// report.
+		// Epoch 5's leader cannot place them (-1/-1: kfake answers so
+		// while epoch 5 is empty, as after an unclean election of a
+		// replica that never had them), and its log start has passed
+		// them. Proven in epoch 4's log is not proven in epoch 5's:
+		// the election may have cut them before DeleteRecords moved
+		// the log start (dropped in silence before).
 		q, _ = l.ObserveLeaderEpoch(tp0, 5)
 		r = l.ApplyEpochEnd(q, EpochEnd{Epoch: -1, EndOffset: -1})
 		skipTail(t, l, &r)
@@ -104,24 +108,62 @@ func TestLedgerLogStartPassed(t *testing.T) {
 			t.Fatalf("no walk: %+v", r)
 		}
 		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 20, LogEndOffset: 30})
-		if len(r.Lost)+len(r.Unconfirmed) != 0 || r.Probe != nil {
-			t.Fatalf("retention of proven ranges reported: %+v", r)
+		if len(r.Lost) != 0 || r.Probe != nil {
+			t.Fatalf("result %+v", r)
+		}
+		if got := unconfirmedRanges(r); !reflect.DeepEqual(got, [][2]int64{{0, 10}, {12, 20}}) {
+			t.Fatalf("unconfirmed %v; want [0, 10) and [12, 20)", got)
+		}
+		for _, u := range r.Unconfirmed {
+			if u.Untracked || u.Err != nil || u.LeaderEpoch != 3 || u.CurrentLeaderEpoch != 5 {
+				t.Fatalf("report %+v", u)
+			}
 		}
 		if got := l.Ranges(tp0); len(got) != 0 {
 			t.Fatalf("ranges %+v", got)
 		}
 	})
 	t.Run("exact partly passed", func(t *testing.T) {
+		// Recorded exact under 3: proven in epoch 3's log, not in
+		// epoch 4's, whose answer places nothing.
 		l := NewAckLedger(0)
 		rec(t, l, 0, 10, 3, true)
 		q, _ := l.ObserveLeaderEpoch(tp0, 4)
 		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: -1, EndOffset: -1})
 		skipTail(t, l, &r)
 		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 6, LogEndOffset: 30, Batches: []ProbedBatch{ours(6, 9, 3)}})
-		if len(r.Lost)+len(r.Unconfirmed) != 0 || r.Probe != nil {
+		if len(r.Lost) != 0 || r.Probe != nil {
 			t.Fatalf("result %+v", r)
 		}
-		if got := l.Ranges(tp0); len(got) != 1 || got[0].From != 6 || got[0].To != 10 {
+		if got := unconfirmedRanges(r); !reflect.DeepEqual(got, [][2]int64{{0, 6}}) || r.Unconfirmed[0].FirstSequence != 0 {
+			t.Fatalf("unconfirmed %+v; want [0, 6), the offsets below the log start", r.Unconfirmed)
+		}
+		if got := l.Ranges(tp0); len(got) != 1 || got[0].From != 6 || got[0].To != 10 || !got[0].EpochExact || got[0].FirstSequence != 6 {
+			t.Fatalf("ranges %+v", got)
+		}
+	})
+	t.Run("proven in the current leader's log", func(t *testing.T) {
+		// Recorded exact under 4 and rechecked against epoch 4's
+		// leader (the producer's sequences said something is gone):
+		// it was in this leader's log, so the log start passed it by
+		// retention, and nothing is reported.
+		l := NewAckLedger(0)
+		rec(t, l, 0, 10, 4, true)
+		if _, ok := l.ObserveLeaderEpoch(tp0, 4); ok {
+			t.Fatal("a question for a range recorded under the current epoch")
+		}
+		q, ok := l.Recheck(tp0, 4)
+		q = mustQuery(t, q, ok, 4, 4)
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: -1, EndOffset: -1})
+		skipTail(t, l, &r)
+		if r.Probe == nil {
+			t.Fatalf("no walk: %+v", r)
+		}
+		r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 20, LogEndOffset: 30})
+		if len(r.Lost)+len(r.Unconfirmed) != 0 || r.Probe != nil {
+			t.Fatalf("retention of a range proven in this log reported: %+v", r)
+		}
+		if got := l.Ranges(tp0); len(got) != 0 {
 			t.Fatalf("ranges %+v", got)
 		}
 	})
