@@ -431,6 +431,17 @@ func (p *Producer) runLedgerTask(t ledgerTask) {
 			return
 		}
 		p.mu.Lock()
+		needStart := p.ledger.NeedsLogStart(*q, end)
+		p.mu.Unlock()
+		if needStart {
+			// The answer may be the leader's echo of an epoch it no
+			// longer keeps: its log start tells.
+			if end.LogStartOffset, err = p.logStart(leader, tp, q.CurrentLeaderEpoch); err != nil {
+				p.ledgerFailed(t, leader, err)
+				return
+			}
+		}
+		p.mu.Lock()
 		res = p.ledger.ApplyEpochEnd(*q, end)
 		p.mu.Unlock()
 	} else {
@@ -527,16 +538,17 @@ func (p *Producer) ledgerFailed(t ledgerTask, leader int32, err error) {
 var errLedgerUnsupported = errors.New("kepoch: a request the check needs cannot be sent")
 
 // unsupportedLedger returns an error wrapping errLedgerUnsupported when a
-// request t needs (OffsetForLeaderEpoch; for a probe also Fetch and
-// ListOffsets) is left out by the client's MaxVersions or by the leader's
+// request t needs (OffsetForLeaderEpoch and ListOffsets, which a question
+// needs when its answer may be an echo (AckLedger.NeedsLogStart); for a
+// probe also Fetch) is left out by the client's MaxVersions or by the leader's
 // ApiVersions (asked once and kept in p.ledgerAPIs: a check that fails
 // again and again does not ask it again each time); nil if both have them,
 // or the leader could not be asked (a transient failure: the check is
 // retried).
 func (p *Producer) unsupportedLedger(t ledgerTask, leader int32) error {
-	keys := []kmsg.Key{kmsg.OffsetForLeaderEpoch}
+	keys := []kmsg.Key{kmsg.OffsetForLeaderEpoch, kmsg.ListOffsets}
 	if t.probe != nil {
-		keys = append(keys, kmsg.Fetch, kmsg.ListOffsets)
+		keys = append(keys, kmsg.Fetch)
 	}
 	if vs, _ := p.cl.OptValue(kgo.MaxVersions).(*kversion.Versions); vs != nil {
 		for _, k := range keys {
@@ -687,7 +699,7 @@ func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, 
 	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
 		return EpochEnd{}, err
 	}
-	return EpochEnd{Epoch: r.LeaderEpoch, EndOffset: r.EndOffset}, nil
+	return EpochEnd{Epoch: r.LeaderEpoch, EndOffset: r.EndOffset, LogStartOffset: -1}, nil
 }
 
 // tailProbeBytes is the fetch size of a tail probe: the broker returns the

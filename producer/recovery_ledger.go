@@ -60,6 +60,12 @@ type EpochQuery struct {
 type EpochEnd struct {
 	Epoch     int32
 	EndOffset int64
+	// LogStartOffset is the leader's log start offset (ListOffsets,
+	// EARLIEST), needed only when AckLedger.NeedsLogStart says so: the
+	// answer names the epoch asked about, and may be the leader's echo
+	// of an epoch it no longer keeps (see ApplyEpochEnd). -1: unknown,
+	// and such an answer is taken for an echo.
+	LogStartOffset int64
 }
 
 // Probe asks the I/O layer to fetch record batch headers from the leader,
@@ -292,7 +298,9 @@ const DefaultLedgerRanges = 1024
 // what it can before any walk), an exact one only in an older leader's log,
 // and the leader change since may have been an unclean election that cut it
 // before the log start passed it: those offsets are reported Unconfirmed,
-// the rest of it is walked. The bound's
+// the rest of it is walked. Nor does an OffsetForLeaderEpoch answer at or
+// below the log start prove a range present: it may be the leader's echo of
+// an epoch it no longer keeps (see ApplyEpochEnd). The bound's
 // dropped offsets (Untracked) are reported below the log start too: whether
 // they were ever proven present is no longer known.
 //
@@ -546,6 +554,16 @@ func (l *AckLedger) WantsProbe(pr Probe) bool {
 
 // ApplyEpochEnd applies the answer to q. Only the latest query of a partition
 // is applied; others are Stale.
+//
+// An answer naming the epoch asked about, older than the current leader
+// epoch, with an end at or below the leader's log start
+// (ans.LogStartOffset; see NeedsLogStart) may be the leader's echo of an
+// epoch it no longer keeps (mayEcho): it then says nothing about the
+// offsets below it, which the log start has passed. An exact range of that
+// epoch not proven in the current leader's log (provenIn) is not judged
+// present there: its offsets below the end are reported Unconfirmed (an
+// unclean election may have cut them before retention passed them), and
+// those from the end on lost.
 func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	var res CheckResult
 	p := l.parts[q.TP]
@@ -555,6 +573,12 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 	}
 	p.query = nil
 	a, end := ans.Epoch, ans.EndOffset
+	cur := q.CurrentLeaderEpoch
+	// echo: the answer may not be where epoch a ends but the leader's
+	// echo of an epoch older than every one it keeps (see
+	// ApplyEpochEnd's doc): its end is then its oldest kept epoch's
+	// start, its log start once retention has trimmed its epochs.
+	echo := mayEcho(q, ans) && (ans.LogStartOffset < 0 || end <= ans.LogStartOffset)
 	if a < 0 || end < 0 || a > q.Epoch {
 		// The leader cannot place the epoch: the epoch argument says
 		// nothing, and the whole of the epoch's writes may be gone. The
@@ -573,7 +597,6 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 		res.Probe = l.nextProbe(q.TP, p)
 		return res
 	}
-	cur := q.CurrentLeaderEpoch
 	// anchors: for each log (leader epoch) the surviving ranges were known
 	// to be in, how far the new leader's log provably agrees with it.
 	anchors := make(map[int32]int64)
@@ -614,6 +637,24 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 			kept = append(kept, e)
 		case e.LeaderEpoch > a:
 			lose(e, e.From)
+		case e.LeaderEpoch == a && echo && echoed(e, end, cur):
+			// Below end, its offsets are below the log start:
+			// present in this log when retention passed them (a
+			// true end), or cut by an unclean election before (an
+			// echo). Nothing tells which: Unconfirmed. From end
+			// on it is lost either way: epoch a ends there, or
+			// the leader's log holds later epochs from there.
+			head := *e
+			head.To = min(e.To, end)
+			res.Unconfirmed = append(res.Unconfirmed, unconfirmed(q.TP, &head, cur))
+			if e == p.entries[0] {
+				l.untracked(&res, q.TP, p, cur)
+			}
+			if e.To > end {
+				e.FirstSequence = seqPlus(e.FirstSequence, end-e.From)
+				e.From = end
+				res.Lost = append(res.Lost, lost(q.TP, e, cur))
+			}
 		case e.LeaderEpoch == a && e.To <= end:
 			l.survive(e, cur, anchors)
 			kept = append(kept, e)
@@ -646,6 +687,49 @@ func (l *AckLedger) ApplyEpochEnd(q EpochQuery, ans EpochEnd) CheckResult {
 // passed its offsets remove them by retention: proven in an older leader's
 // log, an unclean election since may have cut it first.
 func provenIn(e *ledgerEntry, cur int32) bool { return e.EpochExact && e.presentIn >= cur }
+
+// mayEcho reports whether ans, naming the epoch q asked about, may be the
+// leader's echo of an epoch it no longer keeps rather than where that epoch
+// ends. Asked about an epoch older than every entry of its leader epoch
+// cache, a Kafka broker answers the requested epoch with the start offset
+// of its oldest entry (LeaderEpochFileCache.endOffsetFor; kfake answers it
+// with its log start), and retention trims that cache as the log start
+// moves, keeping the newest entry at or below it, moved to it. A broker
+// that keeps the epoch answers where it ends, which is above its log start
+// (the epoch's entry starts at or after it, and the next one after that),
+// or, for its latest epoch, its log end: the current leader epoch is always
+// its latest (a new leader assigns it at once), so the answer is an echo
+// only for an older one. An end of 0 leaves nothing below it to judge.
+func mayEcho(q EpochQuery, ans EpochEnd) bool {
+	return ans.Epoch == q.Epoch && q.Epoch < q.CurrentLeaderEpoch && ans.EndOffset > 0
+}
+
+// echoed reports whether a possible echo ending at end decides e's fate
+// differently from a true end: e is exact (inexact ranges are probed), has
+// offsets below end (which a true end proves present), and is not proven
+// in the current leader's log (then retention removed them either way).
+func echoed(e *ledgerEntry, end int64, cur int32) bool {
+	return e.EpochExact && e.From < end && !provenIn(e, cur)
+}
+
+// NeedsLogStart reports whether ans, the answer to q, may be the leader's
+// echo of an epoch it no longer keeps (mayEcho) and ApplyEpochEnd's verdict
+// depends on it: then the I/O layer asks the leader's log start (ListOffsets,
+// EARLIEST) and passes it in ans.LogStartOffset. An end above the log start
+// is where the epoch ends; at or below it, the answer cannot be told from an
+// echo. Only for exact ranges of the epoch asked about: after a clean leader
+// change whose ranges are all new, it costs nothing.
+func (l *AckLedger) NeedsLogStart(q EpochQuery, ans EpochEnd) bool {
+	if !l.Wants(q) || !mayEcho(q, ans) {
+		return false
+	}
+	for _, e := range l.parts[q.TP].entries {
+		if !e.checked && !e.suspect && e.LeaderEpoch == q.Epoch && echoed(e, ans.EndOffset, q.CurrentLeaderEpoch) {
+			return true
+		}
+	}
+	return false
+}
 
 // survive marks e as present in the log of leader epoch cur, and records it
 // as an anchor for the log it was known present in before.

@@ -165,7 +165,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 	l := NewAckLedger(0)
 	rec(t, l, 0, 10, 3, true)
 	q, _ := l.ObserveLeaderEpoch(tp0, 4)
-	for _, ans := range []EpochEnd{{-1, -1}, {3, -1}, {-1, 5}, {9, 100}} {
+	for _, ans := range []EpochEnd{{Epoch: -1, EndOffset: -1}, {Epoch: 3, EndOffset: -1}, {Epoch: -1, EndOffset: 5}, {Epoch: 9, EndOffset: 100}} {
 		r := l.ApplyEpochEnd(q, ans)
 		skipTail(t, l, &r)
 		if !r.Unknown || len(r.Lost) != 0 || r.Probe == nil || r.Probe.Offset != 0 || r.Probe.CurrentLeaderEpoch != 4 {
@@ -177,7 +177,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 	mustQuery(t, q, ok, 3, 5)
 
 	// The probe finds the first half of the range and nothing past it.
-	r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+	r := l.ApplyEpochEnd(q, EpochEnd{Epoch: -1, EndOffset: -1})
 	skipTail(t, l, &r)
 	r = l.ApplyProbe(*r.Probe, ProbeResult{LogStartOffset: 0, LogEndOffset: 5,
 		Batches: []ProbedBatch{{BaseOffset: 0, LastOffset: 4, LeaderEpoch: 3, ProducerID: pid.ID, ProducerEpoch: pid.Epoch, BaseSequence: 0}}})
@@ -198,7 +198,7 @@ func TestLedgerUndefinedAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 		q, _ = l.ObserveLeaderEpoch(tp0, 4)
-		r := l.ApplyEpochEnd(q, EpochEnd{-1, -1})
+		r := l.ApplyEpochEnd(q, EpochEnd{Epoch: -1, EndOffset: -1})
 		skipTail(t, l, &r)
 		if !r.Unknown || r.Probe == nil || len(r.Lost)+len(r.Unconfirmed) != 0 {
 			t.Fatalf("unidentified range (exact %v): %+v; want a probe", c.exact, r)

@@ -285,17 +285,17 @@ func (m *mPartition) offsetForLeaderEpoch(q int32) EpochEnd {
 	latest := m.cache[len(m.cache)-1]
 	switch {
 	case q == latest.epoch:
-		return EpochEnd{q, int64(len(m.log))}
+		return EpochEnd{Epoch: q, EndOffset: int64(len(m.log)), LogStartOffset: -1}
 	case q > latest.epoch:
-		return EpochEnd{-1, -1}
+		return EpochEnd{Epoch: -1, EndOffset: -1, LogStartOffset: -1}
 	case q < m.cache[0].epoch:
-		return EpochEnd{q, m.cache[0].start}
+		return EpochEnd{Epoch: q, EndOffset: m.cache[0].start, LogStartOffset: -1}
 	}
 	i := len(m.cache) - 1
 	for m.cache[i].epoch > q {
 		i--
 	}
-	return EpochEnd{m.cache[i].epoch, m.cache[i+1].start}
+	return EpochEnd{Epoch: m.cache[i].epoch, EndOffset: m.cache[i+1].start, LogStartOffset: -1}
 }
 
 // probe returns up to 3 batch headers from offset on.
@@ -811,7 +811,12 @@ func (d *mDriver) answerCheck() {
 			d.stats["fenced-check"]++
 			return
 		}
-		d.checkResult(m, d.led.ApplyEpochEnd(c, m.offsetForLeaderEpoch(c.Epoch)))
+		ans := m.offsetForLeaderEpoch(c.Epoch)
+		if d.led.NeedsLogStart(c, ans) {
+			// The I/O layer asks ListOffsets (EARLIEST).
+			ans.LogStartOffset = m.logStart
+		}
+		d.checkResult(m, d.led.ApplyEpochEnd(c, ans))
 	case Probe:
 		m := d.byTP[c.TP]
 		if ch.inc != m.inc {
