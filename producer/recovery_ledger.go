@@ -695,11 +695,13 @@ func provenIn(e *ledgerEntry, cur int32) bool { return e.EpochExact && e.present
 // of its oldest entry (LeaderEpochFileCache.endOffsetFor; kfake answers it
 // with its log start), and retention trims that cache as the log start
 // moves, keeping the newest entry at or below it, moved to it. A broker
-// that keeps the epoch answers where it ends, which is above its log start
-// (the epoch's entry starts at or after it, and the next one after that),
-// or, for its latest epoch, its log end: the current leader epoch is always
-// its latest (a new leader assigns it at once), so the answer is an echo
-// only for an older one. An end of 0 leaves nothing below it to judge.
+// that keeps the epoch answers where it ends: the next entry's start, not
+// below its log start, and at it only when retention has passed the whole
+// epoch; so an end at or below the log start proves nothing about the
+// offsets below it, an end above it is where the epoch ends. The current
+// leader epoch is always its latest (a new leader assigns it at once), and
+// the answer for it is the log end: an echo is possible only for an older
+// one. An end of 0 leaves nothing below it to judge.
 func mayEcho(q EpochQuery, ans EpochEnd) bool {
 	return ans.Epoch == q.Epoch && q.Epoch < q.CurrentLeaderEpoch && ans.EndOffset > 0
 }

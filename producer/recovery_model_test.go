@@ -14,14 +14,21 @@ package producer
 // records of an older epoch at offsets acknowledged since. A model I/O
 // layer drives a Sequencer and an AckLedger against it, answering the
 // ledger's questions late (stale ones get FENCED_LEADER_EPOCH) and
-// recording acknowledged ranges sometimes under a lagging leader epoch.
+// recording acknowledged ranges sometimes under a lagging leader epoch. In
+// half the runs DeleteRecords may move the log start after an unclean
+// election, before the ledger checks the new leader (the leader epoch cache
+// trimmed as Kafka trims it, so that an epoch it no longer keeps is
+// echoed), in half of those with OffsetForLeaderEpoch answered as kfake
+// answers it (-1/-1 while the new epoch is empty).
 // After each run every fault heals and everything must resolve; the
 // invariants checked:
 //
 //  1. no record appears twice in a log unless PossibleDuplicate was reported
 //     for it;
 //  2. every acknowledged record is at its acknowledged offset (or below the
-//     log start), or an AckedWritesLost report covers it; every
+//     log start, if it was in the log when the log start passed it), or an
+//     AckedWritesLost report covers it (one the log start passed after an
+//     unclean election cut it may be covered by an Unconfirmed one); every
 //     AckedWritesLost report is true (the records were acknowledged there
 //     and are gone: the acknowledged copy, though an earlier attempt may
 //     be back at the offset), and so is every ProvenGap;
@@ -274,7 +281,7 @@ func (m *mPartition) snapshot(n int) {
 // acknowledged range recorded under that older epoch (the client's metadata
 // lagging) looks present to the epoch argument.
 func (m *mPartition) electStale() {
-	m.log, m.cache, m.stale = m.stale.log, m.stale.cache, nil
+	m.log, m.cache, m.stale = m.stale.log, trimCache(m.stale.cache, m.logStart), nil
 	m.rebuild()
 	m.stateLoss++
 	m.truncated = true
@@ -296,6 +303,33 @@ func (m *mPartition) offsetForLeaderEpoch(q int32) EpochEnd {
 		i--
 	}
 	return EpochEnd{Epoch: m.cache[i].epoch, EndOffset: m.cache[i+1].start, LogStartOffset: -1}
+}
+
+// kfakeOffsetForLeaderEpoch answers as kfake does (the brokers of the
+// component tests): its current epoch with its log end; an epoch no
+// retained batch is above of with -1/-1 (so while the current epoch is
+// empty, after an unclean election as after a clean change); an epoch
+// below its first retained batch's with its log start; otherwise the
+// epoch of the batch before the first one above it, ending there. An
+// empty log answers its current epoch (above the one asked) at 0.
+func (m *mPartition) kfakeOffsetForLeaderEpoch(q int32) EpochEnd {
+	if q == m.leaderEpoch {
+		return EpochEnd{Epoch: q, EndOffset: int64(len(m.log)), LogStartOffset: -1}
+	}
+	if m.logStart >= int64(len(m.log)) {
+		return EpochEnd{Epoch: m.leaderEpoch, EndOffset: 0, LogStartOffset: -1}
+	}
+	prev := int32(-1)
+	for i := m.logStart; i < int64(len(m.log)); i = m.log[i].batchLast + 1 {
+		if b := m.log[i]; b.epoch > q {
+			if prev < 0 {
+				return EpochEnd{Epoch: q, EndOffset: m.logStart, LogStartOffset: -1}
+			}
+			return EpochEnd{Epoch: prev, EndOffset: b.batchBase, LogStartOffset: -1}
+		}
+		prev = m.log[i].epoch
+	}
+	return EpochEnd{Epoch: -1, EndOffset: -1, LogStartOffset: -1}
 }
 
 // probe returns up to 3 batch headers from offset on.
@@ -324,6 +358,12 @@ type recStatus struct {
 	// ackEpoch is the leader epoch the acknowledged copy was appended
 	// under.
 	ackEpoch int32
+}
+
+type offsetKey struct {
+	tp     TopicPartition
+	inc    int
+	offset int64
 }
 
 type seqKey struct {
@@ -364,6 +404,18 @@ type mDriver struct {
 	status    map[int]*recStatus
 	possDup   map[int]bool
 	lostRep   map[int]bool
+	// unconfRep: the offsets (of an incarnation) an Unconfirmed report
+	// covered; goneAtStart: acknowledged records that were already gone
+	// from the log (an unclean election cut them) when the log start
+	// passed them, which only a report may excuse.
+	unconfRep   map[offsetKey]bool
+	goneAtStart map[int]bool
+	// lrng draws the DeleteRecords after unclean elections (nil: none),
+	// from a source of its own, so that the rest of a run draws from rng
+	// what it did before they were modelled; kfake: the brokers answer
+	// OffsetForLeaderEpoch as kfake does (kfakeOffsetForLeaderEpoch).
+	lrng      *rand.Rand
+	kfake     bool
 	bySeq     map[seqKey]int
 	nextPID   int64
 	incidents int
@@ -812,10 +864,14 @@ func (d *mDriver) answerCheck() {
 			return
 		}
 		ans := m.offsetForLeaderEpoch(c.Epoch)
+		if d.kfake {
+			ans = m.kfakeOffsetForLeaderEpoch(c.Epoch)
+		}
 		if d.led.NeedsLogStart(c, ans) {
 			// The I/O layer asks ListOffsets (EARLIEST).
 			ans.LogStartOffset = m.logStart
 		}
+		d.trace("answer %+v to %+v (log start %d)", ans, c, m.logStart)
 		d.checkResult(m, d.led.ApplyEpochEnd(c, ans))
 	case Probe:
 		m := d.byTP[c.TP]
@@ -828,13 +884,15 @@ func (d *mDriver) answerCheck() {
 			return
 		}
 		d.stats["probe"]++
-		d.checkResult(m, d.led.ApplyProbe(c, m.probe(c.Offset)))
+		pr := m.probe(c.Offset)
+		d.trace("probe %+v: %+v", c, pr)
+		d.checkResult(m, d.led.ApplyProbe(c, pr))
 	}
 }
 
 func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
 	d.t.Helper()
-	if r.Unknown {
+	if r.Unknown && !d.kfake {
 		d.fatalf("check on %v: %+v", m.tp, r)
 	}
 	if r.Stale {
@@ -864,12 +922,50 @@ func (d *mDriver) checkResult(m *mPartition, r CheckResult) {
 		}
 		d.stats["acked-writes-lost"]++
 	}
+	if len(r.Lost)+len(r.Unconfirmed) > 0 {
+		d.trace("reports on %v: lost %+v unconfirmed %+v", m.tp, r.Lost, r.Unconfirmed)
+	}
+	for _, u := range r.Unconfirmed {
+		for o := u.From; o < u.To; o++ {
+			d.unconfRep[offsetKey{u.TP, m.inc, o}] = true
+		}
+		d.stats["unconfirmed"]++
+	}
 	if r.Next != nil {
 		d.addCheck(m.tp, *r.Next)
 	}
 	if r.Probe != nil {
 		d.addCheck(m.tp, *r.Probe)
 	}
+}
+
+// moveLogStart moves m's log start to to (retention, DeleteRecords), trims
+// its leader epoch cache as Kafka's LeaderEpochFileCache.truncateFromStart
+// does (the newest entry at or below the new start is kept, moved to it),
+// and notes the acknowledged records it passes that were already gone.
+func (d *mDriver) moveLogStart(m *mPartition, to int64) {
+	for r, st := range d.status {
+		if d.recTP[r] == m.tp && st.acked && st.ackInc == m.inc && st.offset >= m.logStart && st.offset < to &&
+			(st.offset >= int64(len(m.log)) || m.log[st.offset].rec != r) {
+			d.goneAtStart[r] = true
+			d.stats["gone-at-log-start"]++
+		}
+	}
+	m.logStart = to
+	m.cache = trimCache(m.cache, to)
+}
+
+// trimCache is cache after the log start moved to start.
+func trimCache(cache []mEpochStart, start int64) []mEpochStart {
+	i := 0
+	for i+1 < len(cache) && cache[i+1].start <= start {
+		i++
+	}
+	out := slices.Clone(cache[i:])
+	if len(out) > 0 && out[0].start < start {
+		out[0].start = start
+	}
+	return out
 }
 
 // leaderChange moves tp's leadership (truncating when unclean); requests on
@@ -922,6 +1018,14 @@ func (d *mDriver) leaderChange(m *mPartition, unclean bool) {
 		d.curInc = m.inc
 		d.handle(d.seq.Complete(req.ref, answered(kerr.NotLeaderForPartition.Code)))
 	}
+	if unclean && d.lrng != nil && !m.legacy && d.lrng.Intn(2) == 0 {
+		// DeleteRecords (or retention) moves the log start before the
+		// ledger checks the new leader: records the election cut may
+		// be below it, and so may be records that were there.
+		d.moveLogStart(m, m.logStart+d.lrng.Int63n(int64(len(m.log))-m.logStart+1))
+		d.trace("delete records %v: log start %d, epochs %v", m.tp, m.logStart, m.cache)
+		d.stats["delete-records"]++
+	}
 	if qq, ok := d.led.ObserveLeaderEpoch(m.tp, m.leaderEpoch); ok {
 		d.addCheck(m.tp, qq)
 	}
@@ -965,7 +1069,7 @@ func (d *mDriver) step() {
 		// Retention removes the whole log; a pre-2.5 leader drops the
 		// producer state with it.
 		if st, ok := d.seq.Partition(tp); (!ok || len(st.InFlight) == 0) && len(m.queue) == 0 {
-			m.logStart = int64(len(m.log))
+			d.moveLogStart(m, int64(len(m.log)))
 			m.rebuild()
 			m.stateLoss++
 			d.incidents++
@@ -1044,6 +1148,14 @@ func (d *mDriver) verify() {
 				if !present && st.offset >= m.logStart && !excused {
 					d.fatalf("%v: acknowledged record %d at %d of incarnation %d is gone without a report", m.tp, r, st.offset, m.inc)
 				}
+				// Below the log start only retention excuses silence,
+				// and only for a record that was there when the log
+				// start passed it (or is there, below it, in the log
+				// of a replica elected since, which kept it).
+				if d.goneAtStart[r] && !present && !excused && !d.unconfRep[offsetKey{m.tp, m.inc, st.offset}] {
+					d.fatalf("%v: acknowledged record %d at %d of incarnation %d was gone when the log start passed it, without a report",
+						m.tp, r, st.offset, m.inc)
+				}
 				if st.acked && slices.ContainsFunc(in[r], func(k int) bool { return k < st.ackInc }) && !d.possDupRe[r] {
 					d.fatalf("%v: record %d acknowledged by incarnation %d was in an earlier one %v, without a PossibleDuplicate report",
 						m.tp, r, st.ackInc, in[r])
@@ -1076,7 +1188,12 @@ func runModel(t *testing.T, seed int64, steps int) map[string]int {
 		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{}, nextPID: 100,
 		stats: map[string]int{}, incs: map[TopicPartition][]*mPartition{}, known: map[TopicPartition]int{},
 		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{}, cutBeforeDelete: true,
-		drng: rand.New(rand.NewSource(seed + 1<<32)),
+		drng:      rand.New(rand.NewSource(seed + 1<<32)),
+		unconfRep: map[offsetKey]bool{}, goneAtStart: map[int]bool{},
+	}
+	if lrng := rand.New(rand.NewSource(seed + 2<<32)); lrng.Intn(2) == 0 {
+		d.lrng = lrng // half the runs delete records after unclean elections
+		d.kfake = lrng.Intn(2) == 0
 	}
 	if rrng := rand.New(rand.NewSource(^seed)); rrng.Intn(2) == 0 {
 		d.rrng = rrng // half the runs recreate topics
@@ -1128,7 +1245,7 @@ func TestModelRandomized(t *testing.T) {
 	// prove nothing.
 	for _, k := range []string{"ack", "failed", "possible-duplicate", "resequenced", "proven-gap", "possible-gap",
 		"split", "bump", "new-producer-id", "acked-writes-lost", "probe", "unclean", "state-expiry", "retention",
-		"fenced-check", "stale-check", "recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack",
+		"fenced-check", "stale-check", "delete-records", "gone-at-log-start", "unconfirmed", "recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack",
 		"deleted-answer", "deleted-check", "diverged", "record-check"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
