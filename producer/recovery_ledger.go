@@ -300,7 +300,13 @@ const DefaultLedgerRanges = 1024
 // before the log start passed it: those offsets are reported Unconfirmed,
 // the rest of it is walked. Nor does an OffsetForLeaderEpoch answer at or
 // below the log start prove a range present: it may be the leader's echo of
-// an epoch it no longer keeps (see ApplyEpochEnd). The bound's
+// an epoch it no longer keeps (see ApplyEpochEnd). That costs a report
+// only where Kafka's answers cannot tell retention from loss: retention
+// below the newest epoch the producer wrote under leaves that epoch's true
+// end, which proves the older ranges through the log they were proven in;
+// a partition the producer left idle until retention passed everything it
+// wrote has its ranges reported Unconfirmed at the next leader change, once
+// (TestLedgerCleanChangesAfterRetention). The bound's
 // dropped offsets (Untracked) are reported below the log start too: whether
 // they were ever proven present is no longer known.
 //

@@ -129,3 +129,60 @@ func TestLedgerEchoAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestLedgerCleanChangesAfterRetention: the false alarms the echo rule must
+// not raise. [0, 10) under epoch 1 is confirmed by epoch 2's leader, [10,
+// 20) written under 2; retention moves the log start to 15 (epoch 2's cache
+// entry now starts there) and leadership moves cleanly to epoch 3: the
+// answer for epoch 2 (20, its true end, above the log start) proves both
+// ranges, [0, 10) through the log it was proven in (log matching), and
+// nothing is reported. Only when retention has passed every record the
+// producer wrote since (an idle partition) is the answer an echo for every
+// epoch, and the ranges it passed are reported Unconfirmed, once: Kafka's
+// answers cannot tell retention from an unclean election's loss there.
+func TestLedgerCleanChangesAfterRetention(t *testing.T) {
+	answer := func(l *AckLedger, q EpochQuery, end, logStart int64) CheckResult {
+		ans := EpochEnd{Epoch: q.Epoch, EndOffset: end, LogStartOffset: -1}
+		if l.NeedsLogStart(q, ans) {
+			ans.LogStartOffset = logStart
+		}
+		return l.ApplyEpochEnd(q, ans)
+	}
+	setup := func(t *testing.T) (*AckLedger, EpochQuery) {
+		l := NewAckLedger(0)
+		rec(t, l, 0, 10, 1, true)
+		q, ok := l.ObserveLeaderEpoch(tp0, 2)
+		if r := answer(l, mustQuery(t, q, ok, 1, 2), 10, 0); len(r.Lost)+len(r.Unconfirmed) != 0 || r.Next != nil || r.Probe != nil {
+			t.Fatalf("first leader change: %+v", r)
+		}
+		rec(t, l, 10, 20, 2, true)
+		q, ok = l.ObserveLeaderEpoch(tp0, 3)
+		return l, mustQuery(t, q, ok, 2, 3)
+	}
+	t.Run("retention below the newest epoch", func(t *testing.T) {
+		l, q := setup(t)
+		if r := answer(l, q, 20, 15); len(r.Lost)+len(r.Unconfirmed) != 0 || r.Next != nil || r.Probe != nil {
+			t.Fatalf("result %+v; want nothing reported, nothing more asked", r)
+		}
+		if got := l.Ranges(tp0); len(got) != 2 {
+			t.Fatalf("ranges %+v", got)
+		}
+	})
+	t.Run("idle past retention", func(t *testing.T) {
+		l, q := setup(t)
+		// The new leader's cache: 3 from 25, the log start (its
+		// epoch 2 entry trimmed away): asked about 2, it echoes 25.
+		r := answer(l, q, 25, 25)
+		got := unconfirmedRanges(r)
+		if r.Next != nil { // then epoch 1, echoed the same
+			r = answer(l, mustQuery(t, *r.Next, true, 1, 3), 25, 25)
+			got = append(got, unconfirmedRanges(r)...)
+		}
+		if !reflect.DeepEqual(got, [][2]int64{{10, 20}, {0, 10}}) || len(r.Lost) != 0 || r.Next != nil || r.Probe != nil {
+			t.Fatalf("unconfirmed %v, last result %+v; want [10, 20) then [0, 10)", got, r)
+		}
+		if got := l.Ranges(tp0); len(got) != 0 {
+			t.Fatalf("ranges %+v still tracked", got)
+		}
+	})
+}
