@@ -91,8 +91,9 @@ func (p *Partition) onDiverging(e DivergingEpoch) {
 	p.inflight, p.infKind = 0, 0
 	if !p.pos.HasEpoch() {
 		// We sent no LastFetchedEpoch; a conforming broker cannot say
-		// this. Fetch again.
-		p.send()
+		// this. Fetch again after the backoff: a broker that says it
+		// every time would otherwise be asked again at once, forever.
+		p.retryLater()
 		return
 	}
 	p.state = StateAwaitingValidation
