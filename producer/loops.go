@@ -177,6 +177,19 @@ func (p *Producer) splitPlainLocked(ps *pstate, b *pbatch) {
 	p.replaceSplitLocked(ps, b, parts)
 }
 
+// initProducerIDFatal reports whether an idempotent producer's
+// InitProducerId error ends the producer: it is not authorized, or the
+// broker answered a code this client does not know (its meaning, and so
+// whether asking again can ever succeed, is unknown: Java's producer makes
+// an unexpected InitProducerId error fatal too). Other errors are asked
+// again after the backoff.
+func initProducerIDFatal(err error) bool {
+	if _, unknown := errors.AsType[*errors.UnknownCodeError](err); unknown {
+		return true
+	}
+	return errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
+
 // pidLoop sends InitProducerId whenever the producer needs a producer ID,
 // retrying with backoff until it gets one.
 func (p *Producer) pidLoop() {
@@ -199,7 +212,7 @@ func (p *Producer) pidLoop() {
 			resp, err := req.RequestWith(ctx, p.cl)
 			cancel()
 			if err == nil {
-				err = kerr.ErrorForCode(resp.ErrorCode)
+				err = errors.FromCode(resp.ErrorCode)
 			}
 			if err == nil {
 				p.mu.Lock()
@@ -210,11 +223,19 @@ func (p *Producer) pidLoop() {
 				p.applyLocked(d)
 				p.wakeSinksLocked()
 				p.mu.Unlock()
-				continue
+				if serr == nil {
+					continue
+				}
+				// An answer without error that holds no producer
+				// identity: asked again after the backoff like a
+				// failed one, not at once (a broker that answers it
+				// every time would get a request loop that never
+				// waits).
+				err = serr
 			}
 			if !errors.IsRetriable(err) && p.ctx.Err() == nil {
 				p.mu.Lock()
-				if p.fatal == nil && (errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed)) {
+				if p.fatal == nil && initProducerIDFatal(err) {
 					p.fatal = errors.Join(ErrProducerFatal, err)
 					for _, ps := range p.parts {
 						ps.failAll(p, p.fatal)

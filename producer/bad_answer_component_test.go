@@ -1,0 +1,75 @@
+package producer_test
+
+// Component tests of answers a conforming broker does not give: an
+// InitProducerId without a producer identity, error codes this client does
+// not know.
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/producer"
+)
+
+// An InitProducerId answered without error but with no producer identity
+// (ID -1) is asked again after the retry backoff, as a failed one is, not
+// at once in a loop that never waits; once the broker answers properly the
+// record waiting for the identity is written once.
+func TestInitProducerIDWithoutIdentityBacksOff(t *testing.T) {
+	c := newCluster(t, 1)
+	var bad atomic.Bool
+	bad.Store(true)
+	var inits atomic.Int32
+	c.ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !bad.Load() {
+			return nil, nil, false
+		}
+		inits.Add(1)
+		resp := kr.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		return resp, nil, true
+	})
+	const backoff = 50 * time.Millisecond
+	p := newProducer(t, c, producer.RetryBackoff(backoff))
+	ctx := testCtx(t, 10*time.Second)
+	res := sendAsync(t, ctx, p, prec(0, "x"))
+	const window = 500 * time.Millisecond
+	time.Sleep(window)
+	bad.Store(false)
+	// One request, then one per backoff at most (a loaded machine only
+	// sends fewer); the loop that never waited sent thousands.
+	if n := inits.Load(); n > int32(window/backoff)+2 {
+		t.Fatalf("%d InitProducerId requests answered without an identity in %v (backoff %v)", n, window, backoff)
+	}
+	mustOK(t, res.wait(5*time.Second))
+	wantLog(t, c, 0, []string{"x"})
+}
+
+// An InitProducerId error code this client does not know is fatal (as for
+// Java's producer): the record waiting for the identity fails with
+// ErrProducerFatal and an *errors.UnknownCodeError that keeps the code,
+// not with a bare delivery timeout after InitProducerId was asked again
+// until then.
+func TestInitProducerIDUnknownCodeIsFatal(t *testing.T) {
+	c := newCluster(t, 1)
+	c.ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := kr.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = 9999
+		return resp, nil, true
+	})
+	p := newProducer(t, c, producer.DeliveryTimeout(time.Second), producer.RequestTimeout(500*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	_, err := p.ProduceSync(ctx, prec(0, "x"))
+	if code, ok := errors.CodeOf(err); !errors.Is(err, producer.ErrProducerFatal) || !ok || code != 9999 {
+		t.Fatalf("record: %v (code %d, %v)", err, code, ok)
+	}
+	if _, ok := errors.AsType[*errors.UnknownCodeError](err); !ok {
+		t.Fatalf("record: %v is no *errors.UnknownCodeError", err)
+	}
+}
