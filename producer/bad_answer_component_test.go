@@ -73,3 +73,24 @@ func TestInitProducerIDUnknownCodeIsFatal(t *testing.T) {
 		t.Fatalf("record: %v is no *errors.UnknownCodeError", err)
 	}
 }
+
+// A Produce error code this client does not know is reported with its
+// code, as the *errors.UnknownCodeError errors.FromCode documents: not as
+// UNKNOWN_SERVER_ERROR (-1), which the broker did not send. Idempotence
+// off: the batch fails at the first such answer, its outcome unknown.
+func TestProduceUnknownCodeKeepsTheCode(t *testing.T) {
+	c := newCluster(t, 1)
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return answerProduce(kr.(*kmsg.ProduceRequest), 9999, 0), nil, true
+	})
+	p := newProducer(t, c, producer.DisableIdempotence())
+	ctx := testCtx(t, 10*time.Second)
+	_, err := p.ProduceSync(ctx, prec(0, "x"))
+	if code, ok := errors.CodeOf(err); !ok || code != 9999 || errors.Is(err, errors.ErrUnknownServerError) {
+		t.Fatalf("record: %v (code %d, %v)", err, code, ok)
+	}
+	if !errors.Is(err, errors.ErrUnknownOutcome) {
+		t.Fatalf("record: %v does not say its outcome is unknown", err)
+	}
+}

@@ -107,13 +107,10 @@ func classify(code int16) class {
 	}
 }
 
-// codeError returns the error for a Kafka error code.
-func codeError(code int16) error {
-	if err := kerr.ErrorForCode(code); code == -1 || err != kerr.UnknownServerError {
-		return err
-	}
-	return fmt.Errorf("kafka error code %d", code)
-}
+// codeError returns the error for a Kafka error code: an
+// *errors.UnknownCodeError, which keeps the code, for one this client does
+// not know.
+func codeError(code int16) error { return kepocherrors.FromCode(code) }
 
 // Complete records how the latest send of batch ref ended and decides what
 // happens next. Call it exactly once for every send (Assign or Sent), in any

@@ -569,7 +569,7 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 			}
 		}
 		if res.Code != 0 || res.Delivery != Answered {
-			var cause error = kerr.ErrorForCode(res.Code)
+			var cause error = errors.FromCode(res.Code)
 			if res.Delivery != Answered {
 				cause = err
 			}
@@ -705,7 +705,7 @@ func (s *sink) completePlain(x sent, res ProduceResult, err error) {
 	}
 	cause := err
 	if res.Delivery == Answered {
-		cause = kerr.ErrorForCode(res.Code)
+		cause = errors.FromCode(res.Code)
 	}
 	if res.Delivery == NoResponse || (res.Delivery == Answered && !errors.ProduceNotApplied(cause)) {
 		if !b.maybe {
