@@ -161,6 +161,9 @@ func (c *Consumer) goFn(fn func()) {
 // Close could commit: the records since the last successful commit will
 // be delivered again. The consumer is closed either way.
 func (c *Consumer) Close(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Close")
+	}
 	first := false
 	c.closeOnce.Do(func() { first = true })
 	if !first {
@@ -429,6 +432,9 @@ func (c *Consumer) SeekTo(topic string, partition int32, s Start) error {
 // later seek of the partition ends a waiting SeekToNearest with
 // ErrSeekSuperseded; its revocation, with a *PartitionError.
 func (c *Consumer) SeekToNearest(ctx context.Context, topic string, partition int32, om OffsetAndMetadata) (Position, error) {
+	if ctx == nil {
+		return Position{}, nilContext("SeekToNearest")
+	}
 	if om.Offset < 0 {
 		return Position{}, invalidArgument("SeekToNearest", "om", fmt.Sprintf("offset %d is negative", om.Offset))
 	}
@@ -637,6 +643,9 @@ func (c *Consumer) signalLocked() {
 // Poll rejoins it and returns that in Fetches.Errors once
 // (ErrMaxPollIntervalExceeded).
 func (c *Consumer) Poll(ctx context.Context) (Fetches, error) {
+	if ctx == nil {
+		return Fetches{}, nilContext("Poll")
+	}
 	if g := c.grp; g != nil {
 		g.pollBegin() // MaxPollInterval: the application polls
 		defer g.pollEnd()

@@ -315,6 +315,9 @@ func (g *group) await(ctx context.Context, r *commitReq) error {
 // failure to reach the coordinator but a failure to connect is taken as
 // possibly written.
 func (c *Consumer) CommitSync(ctx context.Context, offsets map[TopicPartition]OffsetAndMetadata) error {
+	if ctx == nil {
+		return nilContext("CommitSync")
+	}
 	g := c.grp
 	if g == nil {
 		return ErrNoGroup
@@ -375,6 +378,9 @@ func (c *Consumer) Consumed() map[TopicPartition]OffsetAndMetadata {
 // left out. A partition with an empty topic or a negative partition is
 // refused with an error matching errors.ErrInvalidArgument.
 func (c *Consumer) Committed(ctx context.Context, tps ...TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
+	if ctx == nil {
+		return nil, nilContext("Committed")
+	}
 	g := c.grp
 	if g == nil {
 		return nil, ErrNoGroup

@@ -209,3 +209,50 @@ func TestMisuseTyped(t *testing.T) {
 		}
 	}
 }
+
+// TestNilContextRefused: every call that takes a context refuses a nil one
+// with an error matching errors.ErrInvalidArgument that names the call and
+// the argument, and does nothing: no panic in the caller, none on the
+// consumer's own goroutines (CommitSync handed the nil to the commit
+// goroutine, whose panic ended the process), and the consumer works on.
+func TestNilContextRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 5)
+	cons := newConsumer(t, c, consumer.Group("g-nil-ctx"))
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context // what a caller passing nil passes
+	for _, tc := range []struct {
+		call string
+		f    func() error
+	}{
+		{"Poll", func() error { _, err := cons.Poll(nilCtx); return err }},
+		{"Committed", func() error { _, err := cons.Committed(nilCtx, tp0); return err }},
+		{"SeekToNearest", func() error {
+			_, err := cons.SeekToNearest(nilCtx, topic, 0, consumer.OffsetAndMetadata{Offset: 1, LeaderEpoch: 0})
+			return err
+		}},
+		{"CommitSync", func() error { return cons.CommitSync(nilCtx, nil) }},
+		{"Close", func() error { return cons.Close(nilCtx) }},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s(nil): panic %v", tc.call, r)
+				}
+			}()
+			wantTyped(t, tc.call+"(nil)", tc.f(), errors.ErrInvalidArgument, "consumer: "+tc.call, "argument ctx")
+		}()
+	}
+	// Refused, Close closed nothing: the records are read and committed.
+	recs, _, errs := pollUntil(t, cons, 5, 10*time.Second)
+	if len(recs) != 5 || len(errs) > 0 {
+		t.Fatalf("after the refused calls: %d records, errors %v", len(recs), errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cons.CommitSync(ctx, nil); err != nil {
+		t.Fatalf("CommitSync: %v", err)
+	}
+}

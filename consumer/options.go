@@ -138,6 +138,14 @@ func invalidArgument(call, arg, problem string) error {
 	return fmt.Errorf("consumer: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
 }
 
+// nilContext is the error of a call given a nil context. The call is
+// refused before it does anything: the nil would panic where it is first
+// used, perhaps on one of the consumer's own goroutines (a commit), which
+// the application cannot recover from.
+func nilContext(call string) error {
+	return invalidArgument(call, "ctx", "nil (context.Background() waits without a bound)")
+}
+
 // SeedBrokers sets the brokers to bootstrap from (host:port).
 func SeedBrokers(seeds ...string) Opt {
 	return optFunc(func(c *cfg) { c.seeds = append(c.seeds, seeds...) })
