@@ -73,10 +73,11 @@ var (
 	ErrInvalidOption = New("kepoch: invalid option")
 
 	// ErrInvalidArgument: a call refused one of its arguments (an empty
-	// topic, a negative offset or partition, a nil context, a nil record or callback
-	// where one is needed, a partitioner's answer outside the topic's
-	// partitions). The error that carries it names the argument and the
-	// refused value; the call did nothing. The same call is refused again.
+	// topic, a negative offset or partition, a nil context, a nil record
+	// or callback where one is needed, a partitioner's answer outside the
+	// topic's partitions). The error that carries it names the argument
+	// and the refused value; the call did nothing. The same call is
+	// refused again.
 	ErrInvalidArgument = New("kepoch: invalid argument")
 )
 

@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -94,4 +95,60 @@ func TestMisuseTypedCalls(t *testing.T) {
 		err := p.SendOffsetsToTransaction(ctx, tc.g, tc.offsets)
 		wantRefused(t, "SendOffsetsToTransaction "+tc.what, err, errors.ErrInvalidArgument, append([]string{"producer: SendOffsetsToTransaction"}, tc.names...)...)
 	}
+}
+
+// TestNilContextRefused: every call that takes a context refuses a nil one
+// with an error matching errors.ErrInvalidArgument that names the call and
+// the argument, and does nothing: no panic (InitTransactions panicked
+// halfway, leaving its operation under way for every later transaction
+// call), and the producers work on.
+func TestNilContextRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	p := newProducer(t, c)
+	tp := newProducer(t, c, producer.TransactionalID("tx-nil-ctx"))
+	var nilCtx context.Context // what a caller passing nil passes
+	for _, tc := range []struct {
+		call string
+		f    func() error
+	}{
+		{"Produce", func() error { return p.Produce(nilCtx, prec(0, "a"), nil) }},
+		{"ProduceSync", func() error {
+			res, err := p.ProduceSync(nilCtx, prec(0, "a"))
+			if len(res) != 1 || res[0].Err != err {
+				t.Errorf("ProduceSync(nil): results %+v", res)
+			}
+			return err
+		}},
+		{"Flush", func() error { return p.Flush(nilCtx) }},
+		{"Close", func() error { return p.Close(nilCtx) }},
+		{"InitTransactions", func() error { return tp.InitTransactions(nilCtx) }},
+		{"CommitTransaction", func() error { return tp.CommitTransaction(nilCtx) }},
+		{"AbortTransaction", func() error { return tp.AbortTransaction(nilCtx) }},
+		{"SendOffsetsToTransaction", func() error {
+			return tp.SendOffsetsToTransaction(nilCtx, producer.GroupMetadata{GroupID: "g"}, nil)
+		}},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s(nil): panic %v", tc.call, r)
+				}
+			}()
+			wantRefused(t, tc.call+"(nil)", tc.f(), errors.ErrInvalidArgument, "producer: "+tc.call, "argument ctx")
+		}()
+	}
+	// Nothing was done: the producers work on (Close closed nothing).
+	ctx := testCtx(t, 10*time.Second)
+	mustOK(t, sendAll(t, ctx, p, prec(0, "plain")))
+	if err := tp.InitTransactions(ctx); err != nil {
+		t.Fatalf("InitTransactions: %v", err)
+	}
+	if err := tp.BeginTransaction(); err != nil {
+		t.Fatalf("BeginTransaction: %v", err)
+	}
+	mustOK(t, sendAll(t, ctx, tp, prec(0, "txn")))
+	if err := tp.CommitTransaction(ctx); err != nil {
+		t.Fatalf("CommitTransaction: %v", err)
+	}
+	wantCommitted(t, c, "plain", "txn")
 }

@@ -143,6 +143,14 @@ func invalidArgument(call, arg, problem string) error {
 	return fmt.Errorf("producer: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
 }
 
+// nilContext is the error of a call given a nil context. The call is
+// refused before it does anything: the nil would panic where it is first
+// used, perhaps halfway through a transaction operation that would then be
+// left under way for good.
+func nilContext(call string) error {
+	return invalidArgument(call, "ctx", "nil (context.Background() waits without a bound)")
+}
+
 // SeedBrokers sets the brokers to bootstrap from (host:port).
 func SeedBrokers(seeds ...string) Opt {
 	return optFunc(func(c *cfg) { c.seeds = append(c.seeds, seeds...) })

@@ -341,6 +341,8 @@ func (p *Producer) Produce(ctx context.Context, r *Record, cb func(Result)) erro
 // produce is Produce, without what a refusal does to the open transaction.
 func (p *Producer) produce(ctx context.Context, r *Record, cb func(Result)) error {
 	switch {
+	case ctx == nil:
+		return nilContext("Produce")
 	case r == nil:
 		return invalidArgument("Produce", "r", "nil")
 	case r.Topic == "":
@@ -446,6 +448,16 @@ func (p *Producer) produce(ctx context.Context, r *Record, cb func(Result)) erro
 // unreported when ctx ends is returned with ctx's error and
 // errors.ErrUnknownOutcome (it may yet be written).
 func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, error) {
+	if ctx == nil {
+		// Refused whole, before Produce could take some of the records:
+		// there would be nothing to wait for their reports with.
+		err := nilContext("ProduceSync")
+		out := make([]Result, len(rs))
+		for i, r := range rs {
+			out[i] = Result{Record: r, Partition: -1, Offset: -1, LeaderEpoch: -1, Err: err}
+		}
+		return out, err
+	}
 	var mu sync.Mutex
 	results := make([]Result, len(rs))
 	reported := make([]bool, len(rs))
@@ -496,6 +508,9 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) ([]Result, er
 // refresher shared with WithMetadata) it returns an error matching
 // errors.ErrClosed, as soon as the records it waits for are reported.
 func (p *Producer) Flush(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Flush")
+	}
 	p.mu.Lock()
 	if p.undelivered == 0 {
 		err := p.closedErrLocked()
@@ -557,6 +572,9 @@ type flushWaiter struct {
 // initializes). Close with ctx already ended waits for nothing and aborts
 // nothing: the transaction is left as a crash would leave it.
 func (p *Producer) Close(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Close")
+	}
 	ferr := p.Flush(ctx)
 	if errors.Is(ferr, errors.ErrClosed) {
 		ferr = nil // stopped already (a shared refresher closed): nothing was left to flush

@@ -19,6 +19,9 @@ import (
 // epoch from the transaction coordinator, fencing any earlier producer with
 // the same transactional ID. Call it once, before the first Begin.
 func (p *Producer) InitTransactions(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("InitTransactions")
+	}
 	return p.txnOp(ctx, "init", func() (TxnStep, error) { return p.txn.InitTransactions() }, false)
 }
 
@@ -55,6 +58,9 @@ func (p *Producer) BeginTransaction() error {
 // callbacks included), as Java's producer refuses sends once a commit
 // began: produce a transaction's records before committing it.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("CommitTransaction")
+	}
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
@@ -106,6 +112,9 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 // after an error that disturbed sequences it also bumps the producer epoch
 // (KIP-360), so the next transaction starts clean.
 func (p *Producer) AbortTransaction(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("AbortTransaction")
+	}
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}

@@ -44,6 +44,9 @@ type OffsetAndEpoch struct {
 // partition or offset, is refused with an error matching
 // errors.ErrInvalidArgument that names it; nothing is sent.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata, offsets map[string]map[int32]OffsetAndEpoch) error {
+	if ctx == nil {
+		return nilContext("SendOffsetsToTransaction")
+	}
 	if p.txn == nil {
 		return fmt.Errorf("producer: %w: not a transactional producer", ErrTxnState)
 	}
