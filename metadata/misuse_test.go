@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,6 +35,7 @@ func TestOptionsValidated(t *testing.T) {
 func TestMisuseTyped(t *testing.T) {
 	r, fc, _ := newTestRefresher(t)
 	fc.set("t", id(1), fakePartition{leader: 1, epoch: 0})
+	var nilCtx context.Context // what a caller passing nil passes
 	// Canceled: a wait that is not refused ends with ctx's error instead.
 	ctx, cancel := context.WithCancel(ctxBg)
 	cancel()
@@ -47,8 +49,14 @@ func TestMisuseTyped(t *testing.T) {
 		{"WaitFor minEpoch", func() error { _, err := r.WaitFor(ctx, "t", 0, -2); return err }, []string{"WaitFor", "argument minEpoch", "-2"}},
 		{"WaitForTopic empty topic", func() error { _, _, err := r.WaitForTopic(ctx, ""); return err }, []string{"WaitForTopic", "argument topic", `""`}},
 		{"WaitForPartitions empty topic", func() error { _, _, err := r.WaitForPartitions(ctx, "", 2); return err }, []string{"WaitForPartitions", "argument topic", `""`}},
+		// A nil context is refused, not dereferenced (a panic).
+		{"Refresh nil ctx", func() error { return r.Refresh(nilCtx, ReasonManual) }, []string{"Refresh", "argument ctx", "nil"}},
+		{"WaitFor nil ctx", func() error { _, err := r.WaitFor(nilCtx, "t", 0, -1); return err }, []string{"WaitFor", "argument ctx", "nil"}},
+		{"WaitForTopic nil ctx", func() error { _, _, err := r.WaitForTopic(nilCtx, "t"); return err }, []string{"WaitForTopic", "argument ctx", "nil"}},
+		{"WaitForPartitions nil ctx", func() error { _, _, err := r.WaitForPartitions(nilCtx, "t", 1); return err }, []string{"WaitForPartitions", "argument ctx", "nil"}},
+		{"Subscription.Next nil ctx", func() error { _, err := r.Subscribe().Next(nilCtx); return err }, []string{"Subscription.Next", "argument ctx", "nil"}},
 	} {
-		err := tc.call()
+		err := catchPanic(tc.call)
 		if !errors.Is(err, errors.ErrInvalidArgument) {
 			t.Errorf("%s: %v; want an error matching ErrInvalidArgument", tc.what, err)
 			continue
@@ -59,4 +67,14 @@ func TestMisuseTyped(t *testing.T) {
 			}
 		}
 	}
+}
+
+// catchPanic returns f's error, or an error saying it panicked.
+func catchPanic(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }

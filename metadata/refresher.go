@@ -201,6 +201,9 @@ func (r *Refresher) Trigger(reason Reason) {
 // that starts after the call), returning that round trip's error. It shares
 // the round trip with any concurrent triggers. Reason 0 means ReasonManual.
 func (r *Refresher) Refresh(ctx context.Context, reason Reason) error {
+	if ctx == nil {
+		return nilContext("Refresh")
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -321,6 +324,8 @@ func (r *Refresher) Stats() Stats {
 // could ever satisfy the wait).
 func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpoch int32) (Partition, error) {
 	switch {
+	case ctx == nil:
+		return Partition{}, nilContext("WaitFor")
 	case topic == "":
 		return Partition{}, invalidArgument("WaitFor", "topic", `"" is empty`)
 	case partition < 0:
@@ -367,6 +372,9 @@ func (r *Refresher) WaitFor(ctx context.Context, topic string, partition, minEpo
 // answer to a request sent after the call began. An empty topic is refused
 // at once with an error matching errors.ErrInvalidArgument.
 func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Version, error) {
+	if ctx == nil {
+		return Topic{}, Version{}, nilContext("WaitForTopic")
+	}
 	if topic == "" {
 		return Topic{}, Version{}, invalidArgument("WaitForTopic", "topic", `"" is empty`)
 	}
@@ -379,6 +387,9 @@ func (r *Refresher) WaitForTopic(ctx context.Context, topic string) (Topic, Vers
 // them. Its refreshes go through the refresher's one goroutine, so they
 // are coalesced with every other trigger and spaced by the backoff.
 func (r *Refresher) WaitForPartitions(ctx context.Context, topic string, n int32) (Topic, Version, error) {
+	if ctx == nil {
+		return Topic{}, Version{}, nilContext("WaitForPartitions")
+	}
 	if topic == "" {
 		return Topic{}, Version{}, invalidArgument("WaitForPartitions", "topic", `"" is empty`)
 	}
@@ -686,4 +697,10 @@ func (r *Refresher) requestLocked(released bool) (*kmsg.MetadataRequest, bool) {
 // errors.ErrInvalidArgument.
 func invalidArgument(call, arg, problem string) error {
 	return fmt.Errorf("metadata: %s: argument %s: %s: %w", call, arg, problem, errors.ErrInvalidArgument)
+}
+
+// nilContext is the error of a call given a nil context, refused before it
+// does anything (the nil would panic where the call first waits).
+func nilContext(call string) error {
+	return invalidArgument(call, "ctx", "nil (context.Background() waits without a bound)")
 }

@@ -60,6 +60,9 @@ func (s *Subscription) Events() []Event {
 // ends first, and ErrClosed once the subscription or the refresher is closed
 // and no events remain.
 func (s *Subscription) Next(ctx context.Context) ([]Event, error) {
+	if ctx == nil {
+		return nil, nilContext("Subscription.Next")
+	}
 	for {
 		s.mu.Lock()
 		q, closed := s.queue, s.closed
