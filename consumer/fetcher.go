@@ -694,7 +694,9 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		for _, in := range parts {
 			f.leaderFetchLocked(in, nil, now)
 		}
-		err = kerr.ErrorForCode(resp.ErrorCode)
+		// errors.FromCode keeps a code this client does not know
+		// (kerr would make it UNKNOWN_SERVER_ERROR, which is retried).
+		err = errors.FromCode(resp.ErrorCode)
 	}
 	if err != nil {
 		if err == kerr.FetchSessionIDNotFound {
@@ -736,6 +738,8 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 		}
 		if ke, ok := err.(*kerr.Error); ok {
 			code = seek.Code(ke.Code)
+		} else if ue, ok := err.(*errors.UnknownCodeError); ok {
+			code = seek.Code(ue.Code)
 		} else if c.ctx.Err() == nil && !canceled {
 			// No answer: a refused or broken connection, or none in
 			// time (the request's own deadline).

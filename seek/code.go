@@ -1,13 +1,18 @@
 package seek
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/kepoch/kepoch/errors"
+)
 
 // Code is a Kafka error code as it appears on the wire (an int16). The
 // consumer copies partition error codes from Fetch, OffsetForLeaderEpoch and
 // ListOffsets answers into events unchanged, and maps a request that failed
 // as a whole (timeout, broken connection) to CodeRequestTimedOut or
 // CodeNetworkException. The constants name the codes the machine treats
-// specially; any other code is retried after a metadata refresh.
+// specially; any other Kafka code is retried after a metadata refresh, and
+// a code this client does not know (errors.Info) halts the partition.
 type Code int16
 
 // Kafka error codes the machine distinguishes (values from the protocol's
@@ -79,7 +84,7 @@ const (
 	// clsRetry: refresh metadata and resend after the retry backoff
 	// (NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, storage errors,
 	// timeouts, OFFSET_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, and any
-	// code kepoch does not know).
+	// other Kafka code the machine does not name).
 	clsRetry class = iota
 	clsNone
 	// clsOutOfRange: the fetch offset is outside the log; classify it.
@@ -96,7 +101,11 @@ const (
 	clsTopicID
 	// clsUnsupported: the broker does not support the request version.
 	clsUnsupported
-	// clsFatal: not retriable (authorization, corrupt data). Halt.
+	// clsFatal: not retriable (authorization, corrupt data), or a code
+	// this client does not know: whether asking again can ever succeed
+	// is unknown, and retried it would be retried forever without a word
+	// (Java's consumer throws on an unexpected code). Halt: the
+	// application hears of it, and seeks to go on.
 	clsFatal
 )
 
@@ -116,6 +125,9 @@ func classify(c Code) class {
 	case CodeUnsupportedVersion:
 		return clsUnsupported
 	case CodeTopicAuthorizationFailed, CodeCorruptMessage:
+		return clsFatal
+	}
+	if _, known := errors.Info(int16(c)); !known {
 		return clsFatal
 	}
 	return clsRetry

@@ -174,7 +174,12 @@ func codeArg(t *testing.T, d *datadriven.TestData) Code {
 	s, _ := arg(d, "code")
 	c, ok := ParseCode(s)
 	if !ok {
-		t.Fatalf("%s: unknown code %q", d.Pos, s)
+		// A number: a code the machine does not name.
+		n, err := strconv.ParseInt(s, 10, 16)
+		if err != nil {
+			t.Fatalf("%s: unknown code %q", d.Pos, s)
+		}
+		c = Code(n)
 	}
 	return c
 }
