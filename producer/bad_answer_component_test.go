@@ -94,3 +94,25 @@ func TestProduceUnknownCodeKeepsTheCode(t *testing.T) {
 		t.Fatalf("record: %v does not say its outcome is unknown", err)
 	}
 }
+
+// An idempotent producer resends a batch answered with an error code this
+// client does not know, unchanged, until its delivery timeout (nothing says
+// it was not appended); the record then fails with ErrDeliveryTimeout, its
+// outcome unknown, and the code it was answered, which the report left
+// out.
+func TestProduceUnknownCodeUntilTimeoutKeepsTheCode(t *testing.T) {
+	c := newCluster(t, 1)
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return answerProduce(kr.(*kmsg.ProduceRequest), 9999, 0), nil, true
+	})
+	p := newProducer(t, c, producer.DeliveryTimeout(time.Second), producer.RequestTimeout(500*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	_, err := p.ProduceSync(ctx, prec(0, "x"))
+	if !errors.Is(err, producer.ErrDeliveryTimeout) || !errors.Is(err, errors.ErrUnknownOutcome) {
+		t.Fatalf("record: %v; want a delivery timeout, outcome unknown", err)
+	}
+	if code, ok := errors.CodeOf(err); !ok || code != 9999 {
+		t.Fatalf("record: %v (code %d, %v); want the code 9999", err, code, ok)
+	}
+}

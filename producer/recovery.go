@@ -238,8 +238,10 @@ func (s *Sequencer) answer(b *batch, r ProduceResult, d *Decision) {
 	case classDuplicate:
 		s.ack(b, -1, r.LogStartOffset, d)
 	case classRetry:
+		b.retried = cause.Err
 		s.resend(b, false, d)
 	case classRetryMaybe:
+		b.retried = cause.Err
 		s.resend(b, true, d)
 	case classOutOfOrder:
 		s.outOfOrder(b, cause, d)
@@ -682,7 +684,7 @@ func (s *Sequencer) Expire(now time.Time) Decision {
 			if b.deadline.IsZero() || now.Before(b.deadline) || b.disp == abandoned || b.disp == acked {
 				continue
 			}
-			s.fail(b, ErrDeliveryTimeout, &d)
+			s.fail(b, expiredError(b), &d)
 			touched = true
 		}
 		if touched {
@@ -699,6 +701,16 @@ func (s *Sequencer) Expire(now time.Time) Decision {
 		s.settleAll(&d)
 	}
 	return d
+}
+
+// expiredError is the error of batch b whose delivery deadline passed:
+// ErrDeliveryTimeout, and the error code that had it retried last, if an
+// answer did (an unknown code among them would otherwise go unsaid).
+func expiredError(b *batch) error {
+	if b.retried == nil {
+		return ErrDeliveryTimeout
+	}
+	return fmt.Errorf("%w (last answer: %w)", ErrDeliveryTimeout, b.retried)
 }
 
 // Abandon gives up on batch ref for a reason of the I/O layer's own (it

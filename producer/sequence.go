@@ -220,6 +220,11 @@ type batch struct {
 	// how a later rewrite reports the batch.
 	maybeInLog bool
 	attempts   int
+	// retried is the error code of the latest answer that had the batch
+	// sent again (a Kafka code, kept until one ends it otherwise): a
+	// batch whose delivery timeout passes while it is retried says why it
+	// was not written.
+	retried error
 	// assignedAt is when the batch (or the batch it was split from) was
 	// first assigned.
 	assignedAt time.Time
