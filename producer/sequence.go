@@ -110,7 +110,9 @@ var (
 	ErrProducerFatal = errors.New("kepoch: producer is in a fatal state")
 
 	// ErrDeliveryTimeout: a batch's delivery deadline passed before it was
-	// acknowledged.
+	// acknowledged. An idempotent producer's error wrapping it also wraps
+	// the error code of the last answer that had the batch sent again, if
+	// one did.
 	ErrDeliveryTimeout = errors.New("kepoch: delivery timeout expired")
 
 	// ErrAckCheckFailed: acknowledged writes could not be verified after a
