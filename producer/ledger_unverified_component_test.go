@@ -29,6 +29,9 @@ func TestFailedLedgerCheckReportsUnverified(t *testing.T) {
 	}{
 		{"retriable", kerr.KafkaStorageError, 21},
 		{"final", kerr.TopicAuthorizationFailed, 1},
+		// A code this client does not know: final, and reported with
+		// its code (it was reported as UNKNOWN_SERVER_ERROR).
+		{"unknown code", &kerr.Error{Message: "UNKNOWN_CODE_9999", Code: 9999}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 1)
@@ -60,7 +63,10 @@ func TestFailedLedgerCheckReportsUnverified(t *testing.T) {
 			eventually(t, 10*time.Second, "no report of the unverified writes", func() bool { return len(rec.Lost()) > 0 })
 			l := rec.Lost()
 			if len(l) != 1 || l[0].From != 0 || l[0].To != 2 || !l[0].Unconfirmed || l[0].Untracked ||
-				!errors.Is(l[0].Err, producer.ErrAckCheckFailed) || !errors.Is(l[0].Err, tc.code) || l[0].CurrentLeaderEpoch != 1 {
+				!errors.Is(l[0].Err, producer.ErrAckCheckFailed) || l[0].CurrentLeaderEpoch != 1 {
+				t.Fatalf("reports %+v; want [0, 2) unverified after %v", l, tc.code)
+			}
+			if code, ok := errors.CodeOf(l[0].Err); !ok || code != tc.code.Code {
 				t.Fatalf("reports %+v; want [0, 2) unverified after %v", l, tc.code)
 			}
 			if n := asks.Load(); n < tc.minAsks {

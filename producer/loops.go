@@ -542,7 +542,9 @@ func (p *Producer) ledgerFailed(t ledgerTask, leader int32, err error) {
 	if p.ctx.Err() != nil {
 		return // closing: nothing is reported any more
 	}
-	if _, kafka := errors.AsType[*kerr.Error](err); kafka {
+	if _, kafka := errors.CodeOf(err); kafka {
+		// A Kafka code, one this client does not know included (not
+		// retriable: its meaning is unknown).
 		if !errors.IsRetriable(err) {
 			p.abandonLedger(t, err)
 			return
@@ -717,7 +719,7 @@ func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, 
 		return EpochEnd{}, kerr.UnknownServerError
 	}
 	r := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+	if err := errors.FromCode(r.ErrorCode); err != nil {
 		return EpochEnd{}, err
 	}
 	return EpochEnd{Epoch: r.LeaderEpoch, EndOffset: r.EndOffset, LogStartOffset: -1}, nil
@@ -781,7 +783,7 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 		}
 		return out, nil
 	default:
-		return out, kerr.ErrorForCode(fp.ErrorCode)
+		return out, errors.FromCode(fp.ErrorCode)
 	}
 	out.LogStartOffset = fp.LogStartOffset
 	var it recbatch.Iterator
@@ -803,7 +805,7 @@ func (p *Producer) logStart(leader int32, tp TopicPartition, current int32) (int
 	if err != nil {
 		return -1, err
 	}
-	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+	if err := errors.FromCode(r.ErrorCode); err != nil {
 		return -1, err
 	}
 	return r.Offset, nil
