@@ -647,6 +647,9 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 	}
 	var decs map[TopicPartition]*decoded
 	if err == nil && resp.ErrorCode == 0 {
+		// A partition the answer lists again: its first entry is the one
+		// answered below, and only its records go with it.
+		listed := map[TopicPartition]bool{}
 		for i := range resp.Topics {
 			t := &resp.Topics[i]
 			name := t.Topic
@@ -656,7 +659,9 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			for j := range t.Partitions {
 				rp := &t.Partitions[j]
 				tp := TopicPartition{name, rp.Partition}
-				if _, ok := parts[tp]; !ok || rp.ErrorCode != 0 || rp.DivergingEpoch.Epoch >= 0 || len(rp.RecordBatches) == 0 {
+				again := listed[tp]
+				listed[tp] = true
+				if _, ok := parts[tp]; !ok || again || rp.ErrorCode != 0 || rp.DivergingEpoch.Epoch >= 0 || len(rp.RecordBatches) == 0 {
 					continue
 				}
 				if decs == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kepoch/kepoch/consumer"
 	"github.com/kepoch/kepoch/errors"
+	"github.com/kepoch/kepoch/internal/batch"
 )
 
 // An error code this client does not know, in a Fetch answer's partition
@@ -75,4 +76,47 @@ func TestFetchUnknownCodeHalts(t *testing.T) {
 			checkInOrder(t, recs, map[int32]int64{0: 0}, map[int32]int64{0: 10})
 		})
 	}
+}
+
+// A Fetch answer that lists a partition twice is answered by its first
+// entry, and only that entry's records are delivered with it: the second
+// entry's records were decoded over the first's, and delivered with the
+// first entry's error code and offsets (here a record "evil" at offset 0
+// in place of the log's).
+func TestFetchDuplicatePartitionFirstEntryAnswers(t *testing.T) {
+	c := newCluster(t, 1)
+	produceRange(t, c, 0, 0, 10)
+	cons := newConsumer(t, c, consumer.DisableFetchSessions())
+	now := time.Now().UnixMilli()
+	h := batch.Header{BaseOffset: 0, BaseTimestamp: now, MaxTimestamp: now, ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}
+	evil, err := batch.AppendBatch(nil, &h, []batch.Record{{Offset: 0, Timestamp: now, Value: []byte("evil")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer.InterceptFetches(cons, func(ctx context.Context, _ int32, _ *kmsg.FetchRequest, send func(context.Context) (kmsg.Response, error)) (kmsg.Response, error) {
+		kr, err := send(ctx)
+		if err != nil {
+			return kr, err
+		}
+		resp := kr.(*kmsg.FetchResponse)
+		for i := range resp.Topics {
+			ps := resp.Topics[i].Partitions
+			for _, rp := range ps {
+				if len(rp.RecordBatches) > 0 {
+					again := rp
+					again.RecordBatches = evil
+					resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, again)
+				}
+			}
+		}
+		return resp, nil
+	})
+	if err := cons.Assign(consumer.Assignment{Topic: topic, Partition: 0, Start: consumer.At(0)}); err != nil {
+		t.Fatal(err)
+	}
+	recs, evs, errs := pollUntil(t, cons, 10, 10*time.Second)
+	if len(evs)+len(errs) > 0 {
+		t.Fatalf("events %v errors %v", evs, errs)
+	}
+	checkInOrder(t, recs, map[int32]int64{0: 0}, map[int32]int64{0: 10})
 }
