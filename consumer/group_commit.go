@@ -376,7 +376,9 @@ func (c *Consumer) Consumed() map[TopicPartition]OffsetAndMetadata {
 // Committed reads the group's committed offsets of the partitions, with
 // their leader epochs (OffsetFetch v5+). Partitions without a commit are
 // left out. A partition with an empty topic or a negative partition is
-// refused with an error matching errors.ErrInvalidArgument.
+// refused with an error matching errors.ErrInvalidArgument. After Close
+// (once its group commits and callbacks are done) it returns
+// errors.ErrClosed.
 func (c *Consumer) Committed(ctx context.Context, tps ...TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
 	if ctx == nil {
 		return nil, nilContext("Committed")
@@ -384,6 +386,14 @@ func (c *Consumer) Committed(ctx context.Context, tps ...TopicPartition) (map[To
 	g := c.grp
 	if g == nil {
 		return nil, ErrNoGroup
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		// Not asked: a client the consumer owns is closed, and kgo's
+		// own error for it is no kepoch identity.
+		return nil, errors.ErrClosed
 	}
 	for _, tp := range tps {
 		switch {

@@ -17,7 +17,7 @@ import (
 	"github.com/kepoch/kepoch/internal/compress"
 )
 
-// TestCommitAfterClose: CommitSync and CommitAsync on a closed
+// TestCommitAfterClose: CommitSync, CommitAsync and Committed on a closed
 // consumer end with ErrClosed at once; they must not wait for a commit
 // loop that is gone.
 func TestCommitAfterClose(t *testing.T) {
@@ -58,6 +58,12 @@ func TestCommitAfterClose(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Errorf("CommitAsync after Close: done never called")
+	}
+
+	// Committed too: it ended with kgo's "client closed" in a GroupError,
+	// which matched no kepoch identity.
+	if _, err := cons.Committed(ctx, consumer.TopicPartition{Topic: topic, Partition: 0}); !errors.Is(err, errors.ErrClosed) {
+		t.Errorf("Committed after Close: %v; want ErrClosed", err)
 	}
 }
 
