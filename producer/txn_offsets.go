@@ -169,13 +169,16 @@ func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, 
 		lost := p.offsetsLost.Load()
 		codes, err := send(rctx)
 		cancel()
-		if code, ok := lookupRefusal(err); ok {
-			// The coordinator's lookup refused: as final as its answer.
-			codes, err = []int16{code}, nil
-		}
 		// The transport resends by itself a request whose connection was
 		// lost after the write: the write hook counts those.
-		res := OffsetsResult{Request: kind, Codes: codes, Err: err, Resent: p.offsetsLost.Load() != lost}
+		resent := p.offsetsLost.Load() != lost
+		lookup := false
+		if code, ok := lookupRefusal(err); ok {
+			// The coordinator's lookup refused: as final as its answer,
+			// but no coordinator's answer (the request was not sent).
+			codes, err, lookup = []int16{code}, nil, true
+		}
+		res := OffsetsResult{Request: kind, Codes: codes, Err: err, Resent: resent, Lookup: lookup}
 		if err != nil {
 			res.Delivery = p.delivery(err)
 		}

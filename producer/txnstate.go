@@ -168,6 +168,13 @@ type TxnState struct {
 	bumpRequired    bool // the next abort must end with a new epoch
 	skipEndTxn      bool // INVALID_PRODUCER_ID_MAPPING: abort via InitProducerId only
 	endTxnUncertain bool // an EndTxn attempt got no answer (KAFKA-17754)
+	// endTxnApplied: an EndTxn attempt of the open transaction was
+	// answered with a code the coordinator may give after appending the
+	// transaction's end to its log (answeredAfterAppend): the transaction
+	// may be ending as that attempt asked, until an answer settles it. An
+	// answer came, so no copy of the attempt is still on its way: unlike
+	// endTxnUncertain, it asks for no epoch bump.
+	endTxnApplied bool
 	// offsetsUncertain: an AddOffsetsToTxn or TxnOffsetCommit of the open
 	// transaction may have been applied without an answer, so a copy of it
 	// may still arrive: the transaction ends with a new epoch, whatever
@@ -261,7 +268,7 @@ func (t *TxnState) Stop(outstandingUnsent bool, cause error) TxnStep {
 			step.Err = nil
 		}
 	case TxnCommitting:
-		if _, sent := t.outstanding.(*EndTxnRequest); sent || t.endTxnUncertain {
+		if _, sent := t.outstanding.(*EndTxnRequest); sent || t.endTxnUncertain || t.endTxnApplied {
 			step = TxnStep{Done: true, Err: errors.Join(closed, errors.ErrUnknownOutcome)}
 			break
 		}
@@ -316,7 +323,7 @@ func (t *TxnState) Begin() error {
 	}
 	clear(t.added)
 	t.pendingAdd = t.pendingAdd[:0]
-	t.started, t.maybeStarted, t.committed, t.stoppedCommit = false, false, false, false
+	t.started, t.maybeStarted, t.committed, t.stoppedCommit, t.endTxnApplied = false, false, false, false, false
 	t.assignedAtBegin = t.seq.assigned
 	return nil
 }
@@ -348,6 +355,9 @@ type OffsetsResult struct {
 	// Resent: the transport wrote an earlier attempt of this request that
 	// got no answer, and sent it again (it may have been applied).
 	Resent bool
+	// Lookup: Codes hold the refusal of the coordinator's lookup, not the
+	// coordinator's answer: the request was not sent.
+	Lookup bool
 }
 
 // OffsetsStep is what the I/O layer does after HandleOffsets.
@@ -386,10 +396,10 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 	switch code {
 	case 0:
 		return offsetsOK, false
-	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code:
-		return offsetsRetry, true
-	case kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorLoadInProgress.Code,
-		kerr.ConcurrentTransactions.Code, kerr.UnknownTopicOrPartition.Code:
+	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code,
+		kerr.NotCoordinator.Code, kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorLoadInProgress.Code:
+		return offsetsRetry, appliedUnanswered(code)
+	case kerr.ConcurrentTransactions.Code, kerr.UnknownTopicOrPartition.Code:
 		return offsetsRetry, false
 	case kerr.UnknownProducerID.Code:
 		return offsetsAbortableBump, false
@@ -434,8 +444,12 @@ func offsetsCode(code int16) (v offsetsVerdict, maybeApplied bool) {
 //	NotSent, NoResponse                     abortable (the transport has retried already)
 //
 // An attempt that may have been applied without its answer (NoResponse,
-// Resent, REQUEST_TIMED_OUT, NETWORK_EXCEPTION) may also be applied late,
-// by a copy still on its way: the transaction then ends with a new epoch
+// Resent, REQUEST_TIMED_OUT, NETWORK_EXCEPTION; and, answered by the
+// coordinator rather than refused by its lookup, NOT_COORDINATOR,
+// COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS, which may
+// come after its log append: answeredAfterAppend) may have been applied,
+// or be applied late by a copy still on its way: the transaction then ends
+// with a new epoch
 // whatever its outcome (EndTxn NONE, commit or abort, is followed by
 // InitProducerId with the current identity), so that a late TxnOffsetCommit
 // cannot be staged in the next transaction, and a late AddOffsetsToTxn
@@ -455,7 +469,7 @@ func (t *TxnState) HandleOffsets(r OffsetsResult) OffsetsStep {
 	} else {
 		for _, code := range r.Codes {
 			v, maybe := offsetsCode(code)
-			uncertain = uncertain || maybe
+			uncertain = uncertain || (maybe && !r.Lookup)
 			if v > worst {
 				worst, cause = v, codeError(code)
 			}
@@ -778,7 +792,7 @@ func (t *TxnState) endedLocally(commit bool) TxnStep {
 // identity was adopted.
 func (t *TxnState) clearRecovery() {
 	t.err, t.bumpRequired, t.skipEndTxn, t.endTxnUncertain, t.offsetsUncertain = nil, false, false, false, false
-	t.committed = false
+	t.committed, t.endTxnApplied = false, false
 }
 
 // startBump moves to TxnBumpingEpoch with its InitProducerId queued.
@@ -804,20 +818,42 @@ func coordinatorRetry(code int16) (retry, find bool) {
 	return false, false
 }
 
-// appliedUnanswered reports whether the transaction coordinator's answer
-// code to AddPartitionsToTxn or EndTxn may come after the request was
-// applied, as no answer at all may. REQUEST_TIMED_OUT and
-// NETWORK_EXCEPTION; and COORDINATOR_NOT_AVAILABLE, which Kafka's
-// coordinator answers when the append of the new transaction state to its
-// log failed NOT_ENOUGH_REPLICAS_AFTER_APPEND or timed out waiting for the
-// replicas (REQUEST_TIMED_OUT): the record is in the leader's log, may
-// still be replicated, and a coordinator that loads the log then has the
-// partitions added (the transaction started) or the EndTxn's commit or
-// abort under way, although this one kept its state as before. The other
-// retriable codes are answered before anything is appended.
+// appliedUnanswered reports whether a coordinator's answer code to
+// AddPartitionsToTxn, EndTxn, AddOffsetsToTxn or TxnOffsetCommit may come
+// after the request was applied, as no answer at all may:
+// REQUEST_TIMED_OUT and NETWORK_EXCEPTION, and the answeredAfterAppend
+// codes. The other retriable codes (CONCURRENT_TRANSACTIONS) are answered
+// before anything is appended.
 func appliedUnanswered(code int16) bool {
 	switch code {
-	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code, kerr.CoordinatorNotAvailable.Code:
+	case kerr.RequestTimedOut.Code, kerr.NetworkException.Code:
+		return true
+	}
+	return answeredAfterAppend(code)
+}
+
+// answeredAfterAppend reports whether code is one a coordinator answers
+// also after appending the request's effect to its log, so that a
+// coordinator that loads the log has it (the partitions or the offsets
+// added, the transaction's end under way, the offsets staged), although
+// the answer says to send the request again. Kafka's transaction
+// coordinator answers COORDINATOR_NOT_AVAILABLE when the append failed
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND or timed out waiting for the replicas,
+// NOT_COORDINATOR when it failed NOT_LEADER_OR_FOLLOWER or
+// KAFKA_STORAGE_ERROR, and NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+// after an append that succeeded while its log partition moved (the
+// coordinator epoch changed, or the partition is being loaded again: the
+// new load reads the record). The group coordinator answers a
+// TxnOffsetCommit COORDINATOR_NOT_AVAILABLE (its append timed out, or
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND) or NOT_COORDINATOR
+// (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR) alike. Each is also the
+// answer of a coordinator that applied nothing: the client cannot tell.
+// The transport refusing the coordinator's lookup with one of them is no
+// answer of a coordinator (the request was not sent): callers check
+// Lookup first.
+func answeredAfterAppend(code int16) bool {
+	switch code {
+	case kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code:
 		return true
 	}
 	return false
@@ -934,15 +970,14 @@ type AddPartitionResult struct {
 //
 //	NONE                                    partition added: CanProduce(tp) is nil
 //	NotSent, NoResponse; CONCURRENT_        add again
-//	  TRANSACTIONS, COORDINATOR_LOAD_IN_
-//	  PROGRESS, UNKNOWN_TOPIC_OR_PARTITION,
-//	  OPERATION_NOT_ATTEMPTED
+//	  TRANSACTIONS, UNKNOWN_TOPIC_OR_PAR-
+//	  TITION, OPERATION_NOT_ATTEMPTED
 //	REQUEST_TIMED_OUT, NETWORK_EXCEPTION    add again; the transaction may have started (as after
 //	                                        NoResponse: the request may have been applied)
-//	COORDINATOR_NOT_AVAILABLE               rediscover the coordinator, add again; answered by the
-//	                                        coordinator (not Lookup), the transaction may have started
-//	                                        (appliedUnanswered)
-//	NOT_COORDINATOR                         rediscover the coordinator, add again
+//	COORDINATOR_NOT_AVAILABLE, NOT_CO-      (COORDINATOR_LOAD_IN_PROGRESS: without) rediscovering the
+//	  ORDINATOR, COORDINATOR_LOAD_IN_       coordinator, add again; answered by the coordinator (not
+//	  PROGRESS                              Lookup), the transaction may have started: each may come
+//	                                        after the coordinator's log append (answeredAfterAppend)
 //	UNKNOWN_PRODUCER_ID                     abortable, bump after the abort
 //	INVALID_PRODUCER_ID_MAPPING             abortable, bump, skip EndTxn
 //	TOPIC_AUTHORIZATION_FAILED,             abortable
@@ -1059,11 +1094,14 @@ type EndTxnResult struct {
 //	  without an answer                     (HandleOffsets)
 //	NONE, otherwise                         → Ready
 //	NotSent, NoResponse; CONCURRENT_        send the same EndTxn again (the coordinator answers a repeat
-//	  TRANSACTIONS, COORDINATOR_LOAD_IN_    of a completed one with NONE); after NoResponse or
-//	  PROGRESS, REQUEST_TIMED_OUT           REQUEST_TIMED_OUT the attempt may have been applied
-//	NOT_COORDINATOR, COORDINATOR_NOT_       rediscover the coordinator, same EndTxn; COORDINATOR_NOT_
-//	  AVAILABLE                             AVAILABLE answered by the coordinator (not Lookup): the
-//	                                        attempt may have been applied (appliedUnanswered)
+//	  TRANSACTIONS, REQUEST_TIMED_OUT,      of a completed one with NONE); after NoResponse, Resent,
+//	  NETWORK_EXCEPTION                     REQUEST_TIMED_OUT or NETWORK_EXCEPTION the attempt may have
+//	                                        been applied, and a copy may still arrive (bump, as above)
+//	NOT_COORDINATOR, COORDINATOR_NOT_       (COORDINATOR_LOAD_IN_PROGRESS: without) rediscovering the
+//	  AVAILABLE, COORDINATOR_LOAD_IN_       coordinator, same EndTxn; answered by the coordinator (not
+//	  PROGRESS                              Lookup), the attempt may have been applied
+//	                                        (answeredAfterAppend): the commit's outcome is unknown until
+//	                                        an answer settles it, but no copy is on its way (no bump)
 //	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
 //	TRANSACTION_ABORTABLE (commit)          abortable, bump
 //	INVALID_TXN_STATE, start uncertain      the transaction never started: ended, then bump
@@ -1071,8 +1109,9 @@ type EndTxnResult struct {
 //	PRODUCER_FENCED, INVALID_PRODUCER_      fatal
 //	  EPOCH, INVALID_TXN_STATE, other
 //
-// A commit refused after an attempt that got no answer (which may have
-// committed) fails with an error that also wraps errors.ErrUnknownOutcome.
+// A commit refused after an attempt that got no answer or may have been
+// applied all the same (which may have committed) fails with an error that
+// also wraps errors.ErrUnknownOutcome.
 //
 // EndTxn is sent only if the transaction may have reached the coordinator
 // (an AddPartitionsToTxn succeeded or got no answer; with implicit adds, a
@@ -1089,14 +1128,19 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 		return t.retryOutstanding(false), nil
 	}
 	if retry, find := coordinatorRetry(r.Code); retry {
-		if !r.Lookup && appliedUnanswered(r.Code) {
+		switch {
+		case r.Lookup:
+			// Not sent: nothing of it was applied.
+		case answeredAfterAppend(r.Code):
+			t.endTxnApplied = true
+		case appliedUnanswered(r.Code):
 			t.endTxnUncertain = true
 		}
 		return t.retryOutstanding(find), nil
 	}
 	t.outstanding = nil
 	step := t.endTxnAnswered(req, r)
-	if req.Commit && r.Code != 0 && t.endTxnUncertain && step.Done && step.Err != nil {
+	if req.Commit && r.Code != 0 && (t.endTxnUncertain || t.endTxnApplied) && step.Done && step.Err != nil {
 		// An earlier attempt of this commit got no answer: it may have
 		// committed before the coordinator refused the retry.
 		step.Err = fmt.Errorf("%w: %w", step.Err, errors.ErrUnknownOutcome)

@@ -879,9 +879,12 @@ func TestOffsetsCode(t *testing.T) {
 		maybe bool // may have been applied all the same
 	}{
 		{nil, offsetsOK, false},
-		{kerr.NotCoordinator, offsetsRetry, false},
-		{kerr.CoordinatorNotAvailable, offsetsRetry, false},
-		{kerr.CoordinatorLoadInProgress, offsetsRetry, false},
+		// Each may come after the coordinator's log append
+		// (answeredAfterAppend); HandleOffsets counts it unless the
+		// lookup refused.
+		{kerr.NotCoordinator, offsetsRetry, true},
+		{kerr.CoordinatorNotAvailable, offsetsRetry, true},
+		{kerr.CoordinatorLoadInProgress, offsetsRetry, true},
 		{kerr.ConcurrentTransactions, offsetsRetry, false},
 		{kerr.UnknownTopicOrPartition, offsetsRetry, false},
 		{kerr.RequestTimedOut, offsetsRetry, true},
@@ -1572,8 +1575,34 @@ func TestTxnAbortDropsUnsentAddPartitions(t *testing.T) {
 		}, TxnInTransaction, false},
 		{"refused twice", func(h *txnHarness) TxnStep {
 			h.tx.AddPartition(tp0)
-			answer(h, Answered, kerr.CoordinatorLoadInProgress.Code, false)
+			answer(h, Answered, kerr.ConcurrentTransactions.Code, false)
+			return answer(h, Answered, kerr.OperationNotAttempted.Code, false)
+		}, TxnInTransaction, false},
+		// Kafka's coordinator answers NOT_COORDINATOR when its log
+		// append failed NOT_LEADER_OR_FOLLOWER, or succeeded while the
+		// log partition moved (its coordinator epoch changed), and
+		// COORDINATOR_LOAD_IN_PROGRESS when it succeeded while the
+		// partition was being loaded again: the next coordinator has the
+		// partition added. Both were taken for refusals before anything
+		// was applied, and the abort ended the transaction locally.
+		{"NOT_COORDINATOR", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
 			return answer(h, Answered, kerr.NotCoordinator.Code, false)
+		}, TxnInTransaction, true},
+		{"COORDINATOR_LOAD_IN_PROGRESS", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			return answer(h, Answered, kerr.CoordinatorLoadInProgress.Code, false)
+		}, TxnInTransaction, true},
+		{"coordinator lookup refused NOT_COORDINATOR, then COORDINATOR_LOAD_IN_PROGRESS", func(h *txnHarness) TxnStep {
+			h.tx.AddPartition(tp0)
+			var step TxnStep
+			for _, code := range []int16{kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code} {
+				var err error
+				if step, err = h.tx.HandleAddPartitions(Answered, []AddPartitionResult{{TP: tp0, Code: code, Lookup: true}}, false); err != nil {
+					h.t.Fatal(err)
+				}
+			}
+			return step
 		}, TxnInTransaction, false},
 		{"not sent by the transport", func(h *txnHarness) TxnStep {
 			h.tx.AddPartition(tp0)
@@ -1689,4 +1718,135 @@ func TestTxnAddCoordinatorNotAvailableNeverStarted(t *testing.T) {
 	}
 	h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
 	h.bumpDone(h.endTxn(EndTxnResult{Code: kerr.InvalidTxnState.Code, Producer: NoProducerID}), "abort of a transaction that never started")
+}
+
+// An AddOffsetsToTxn answered NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
+// COORDINATOR_LOAD_IN_PROGRESS by the transaction coordinator may have been
+// applied (answeredAfterAppend: its log append failed or went unconfirmed,
+// and the next coordinator loads it): the group's offsets partition may be
+// in the transaction, so an abort with nothing else sent still sends
+// EndTxn, and the transaction ends with a new epoch (HandleOffsets). The
+// same code refusing the coordinator's lookup was not sent: the abort ends
+// the transaction locally. Before, the answer was taken as a refusal
+// before anything was applied, and the abort ended locally a transaction
+// the coordinator may hold open.
+func TestTxnOffsetsAnsweredAfterAppend(t *testing.T) {
+	for _, code := range []*kerr.Error{kerr.NotCoordinator, kerr.CoordinatorNotAvailable, kerr.CoordinatorLoadInProgress} {
+		for _, lookup := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s lookup=%v", code.Message, lookup), func(t *testing.T) {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				if err := h.tx.Begin(); err != nil {
+					t.Fatal(err)
+				}
+				if st := h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(code), Lookup: lookup}); !st.Retry || st.Err != nil {
+					t.Fatalf("%+v; want it sent again", st)
+				}
+				// The application gives up (its context ends).
+				if st := h.offsets(OffsetsResult{Request: OffsetsAdd, Delivery: NotSent, Err: context.Canceled}); !errors.Is(st.Err, ErrAbortRequired) {
+					t.Fatalf("%+v; want abortable", st)
+				}
+				step, err := h.tx.Abort(false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lookup {
+					if !step.Done || step.Err != nil || step.Send != nil || h.tx.State() != TxnReady {
+						t.Fatalf("%+v, state %v; want the abort ended locally", step, h.tx.State())
+					}
+					return
+				}
+				h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid})
+				h.bumpDone(h.endTxn(EndTxnResult{Producer: NoProducerID}), "abort")
+			})
+		}
+	}
+	// A TxnOffsetCommit so answered by the group coordinator may have been
+	// staged: the transaction ends with a new epoch, as after
+	// REQUEST_TIMED_OUT; refused by the lookup, without one.
+	for _, lookup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TxnOffsetCommit NOT_COORDINATOR lookup=%v", lookup), func(t *testing.T) {
+			h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+			h.begin(tp0)
+			h.offsets(OffsetsResult{Request: OffsetsAdd, Codes: codes(nil)})
+			if st := h.offsets(OffsetsResult{Request: OffsetsCommit, Codes: codes(kerr.NotCoordinator), Lookup: lookup}); !st.Retry || st.Err != nil {
+				t.Fatalf("%+v; want it sent again", st)
+			}
+			if st := h.offsets(OffsetsResult{Request: OffsetsCommit, Codes: codes(nil)}); st.Retry || st.Err != nil {
+				t.Fatalf("%+v", st)
+			}
+			step, _ := h.tx.Commit()
+			h.wantSend(step, &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true})
+			step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+			if lookup {
+				if !step.Done || step.Err != nil || step.Send != nil {
+					t.Fatalf("%+v; want the commit done without a bump", step)
+				}
+				return
+			}
+			h.bumpDone(step, "commit")
+		})
+	}
+}
+
+// An EndTxn answered NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
+// COORDINATOR_LOAD_IN_PROGRESS by the coordinator may have been applied
+// (answeredAfterAppend): a commit stopped before its resend is sent has an
+// unknown outcome, and one the retry refuses fails with
+// errors.ErrUnknownOutcome too. An answer came, so no copy of the attempt
+// is on its way: a commit the retry completes needs no epoch bump (the
+// coordinator answered a repeat of the commit it completed with NONE).
+func TestTxnEndTxnAnsweredAfterAppend(t *testing.T) {
+	commitReq := &EndTxnRequest{TransactionalID: txnID, Producer: pid, Commit: true}
+	for _, c := range []struct {
+		name string
+		res  EndTxnResult
+	}{
+		{"NOT_COORDINATOR", EndTxnResult{Code: kerr.NotCoordinator.Code}},
+		{"COORDINATOR_NOT_AVAILABLE", EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code}},
+		{"COORDINATOR_LOAD_IN_PROGRESS", EndTxnResult{Code: kerr.CoordinatorLoadInProgress.Code}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Run("stopped", func(t *testing.T) {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				h.begin(tp0)
+				step, _ := h.tx.Commit()
+				h.wantSend(step, commitReq)
+				h.wantSend(h.endTxn(c.res), commitReq)
+				step = h.tx.Stop(true, nil)
+				if !step.Done || !errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) || h.tx.StoppedCommit() {
+					t.Fatalf("%+v (StoppedCommit %v); want an unknown outcome", step, h.tx.StoppedCommit())
+				}
+			})
+			t.Run("refused", func(t *testing.T) {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				h.begin(tp0)
+				step, _ := h.tx.Commit()
+				h.wantSend(step, commitReq)
+				h.wantSend(h.endTxn(c.res), commitReq)
+				step = h.endTxn(EndTxnResult{Code: kerr.TransactionAbortable.Code, Producer: NoProducerID})
+				if !step.Done || !errors.Is(step.Err, ErrAbortRequired) || !errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) {
+					t.Fatalf("%+v; want ErrAbortRequired and an unknown outcome", step)
+				}
+			})
+			t.Run("completed", func(t *testing.T) {
+				h := newTxn(t, TxnConfig{CoordinatorBumps: true})
+				h.begin(tp0)
+				step, _ := h.tx.Commit()
+				h.wantSend(step, commitReq)
+				h.wantSend(h.endTxn(c.res), commitReq)
+				step = h.endTxn(EndTxnResult{Producer: NoProducerID})
+				if !step.Done || step.Err != nil || step.Send != nil || h.tx.State() != TxnReady {
+					t.Fatalf("%+v, state %v; want committed, no bump", step, h.tx.State())
+				}
+				// The next transaction starts afresh: stopped before
+				// any EndTxn, it did not commit.
+				h.begin(tp0)
+				h.assign(tp0, 1)
+				h.tx.Commit()
+				if step := h.tx.Stop(false, nil); !h.tx.StoppedCommit() || errors.Is(step.Err, kepocherrors.ErrUnknownOutcome) {
+					t.Fatalf("next transaction's commit stopped: %+v; want not committed", step)
+				}
+			})
+		})
+	}
 }
