@@ -109,19 +109,28 @@ func (h writeHook) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _
 
 // OnBrokerE2E counts EndTxn, AddPartitionsToTxn, AddOffsetsToTxn and
 // TxnOffsetCommit requests written but not answered (a connection lost
-// after the write): kgo resends them itself, so their senders would not
-// otherwise know that an earlier attempt may have been applied.
+// after the write), and those answered: kgo resends them itself after
+// either, so their senders would not otherwise know that an earlier
+// attempt may have been applied.
 func (h writeHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
-	if e2e.WriteErr != nil || e2e.ReadErr == nil {
+	if e2e.WriteErr != nil {
 		return
+	}
+	lost := e2e.ReadErr != nil
+	count := func(lostN, answers *atomic.Uint64) {
+		if lost {
+			lostN.Add(1)
+		} else {
+			answers.Add(1)
+		}
 	}
 	switch kmsg.Key(key) {
 	case kmsg.EndTxn:
-		h.p.endTxnLost.Add(1)
+		count(&h.p.endTxnLost, &h.p.endTxnAnswers)
 	case kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit:
-		h.p.offsetsLost.Add(1)
+		count(&h.p.offsetsLost, &h.p.offsetsAnswers)
 	case kmsg.AddPartitionsToTxn:
-		h.p.addLost.Add(1)
+		count(&h.p.addLost, &h.p.addAnswers)
 	}
 }
 

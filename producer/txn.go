@@ -433,6 +433,23 @@ func lookupRefusal(err error) (int16, bool) {
 	return 0, false
 }
 
+// retriedAnswered reports whether a coordinator request the transport
+// returned with err had an attempt answered before the one whose answer
+// it returned, given answers, the attempts answered while it ran: the
+// transport sends the request again by itself after an answer of
+// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
+// COORDINATOR_LOAD_IN_PROGRESS (it looks the coordinator up again), and
+// returns only the last attempt's answer, or the error that ended it (a
+// refused lookup, a lost connection): every answer counted but the one
+// returned is such an answer, which may come after the attempt was
+// applied (answeredAfterAppend).
+func retriedAnswered(answers uint64, err error) bool {
+	if err != nil {
+		return answers > 0
+	}
+	return answers > 1
+}
+
 // addPartitionsResults reads the per-partition codes of resp, the answer to
 // req, from the field its version carries them in: Topics up to v3, the
 // entry of req's transactional ID in Transactions (or the top-level code,
@@ -521,12 +538,13 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
 		}
-		lost := p.addLost.Load()
+		lost, answers := p.addLost.Load(), p.addAnswers.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
-		// The transport wrote an attempt whose answer was lost and sent
-		// it again: that attempt may have started the transaction,
-		// whatever the resend met (a refused lookup, a refusal).
-		resent := p.addLost.Load() != lost
+		// The transport wrote an attempt whose answer was lost, or that
+		// was answered with a code it retries, and sent it again: that
+		// attempt may have started the transaction, whatever the resend
+		// met (a refused lookup, a refusal).
+		resent := p.addLost.Load() != lost || retriedAnswered(p.addAnswers.Load()-answers, err)
 		var results []AddPartitionResult
 		d := Answered
 		if code, ok := lookupRefusal(err); ok {
@@ -560,9 +578,10 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		req.TransactionalID = r.TransactionalID
 		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
 		req.Commit = r.Commit
-		lost := p.endTxnLost.Load()
+		lost, answers := p.endTxnLost.Load(), p.endTxnAnswers.Load()
 		resp, err := req.RequestWith(ctx, p.cl)
-		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost}
+		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost,
+			RetriedAnswered: retriedAnswered(p.endTxnAnswers.Load()-answers, err)}
 		if code, ok := lookupRefusal(err); ok {
 			res.Code, res.Lookup = code, true
 		} else if err != nil {

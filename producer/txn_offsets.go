@@ -166,12 +166,13 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, send func(context.Context) ([]int16, error)) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.requestTO)
-		lost := p.offsetsLost.Load()
+		lost, answers := p.offsetsLost.Load(), p.offsetsAnswers.Load()
 		codes, err := send(rctx)
 		cancel()
 		// The transport resends by itself a request whose connection was
-		// lost after the write: the write hook counts those.
-		resent := p.offsetsLost.Load() != lost
+		// lost after the write, or that was answered with a code it
+		// retries: the write hook counts those.
+		resent := p.offsetsLost.Load() != lost || retriedAnswered(p.offsetsAnswers.Load()-answers, err)
 		lookup := false
 		if code, ok := lookupRefusal(err); ok {
 			// The coordinator's lookup refused: as final as its answer,

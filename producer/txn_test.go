@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -72,5 +73,29 @@ func TestAddPartitionsResults(t *testing.T) {
 				t.Fatalf("results %v; want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestRetriedAnswered: the attempts of a coordinator request answered
+// while the transport ran it, beyond the one whose answer it returned, were
+// answered with a code it retries (each may come after the attempt was
+// applied); a request that ended in an error returned no answer.
+func TestRetriedAnswered(t *testing.T) {
+	lookup := kerr.NotCoordinator // a refused lookup
+	for _, c := range []struct {
+		answers uint64
+		err     error
+		want    bool
+	}{
+		{1, nil, false},
+		{2, nil, true},
+		{0, lookup, false},
+		{1, lookup, true},
+		{0, context.DeadlineExceeded, false},
+		{1, context.DeadlineExceeded, true},
+	} {
+		if got := retriedAnswered(c.answers, c.err); got != c.want {
+			t.Errorf("retriedAnswered(%d, %v) = %v; want %v", c.answers, c.err, got, c.want)
+		}
 	}
 }

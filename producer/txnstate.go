@@ -353,7 +353,8 @@ type OffsetsResult struct {
 	// TxnOffsetCommit's one per partition.
 	Codes []int16
 	// Resent: the transport wrote an earlier attempt of this request that
-	// got no answer, and sent it again (it may have been applied).
+	// got no answer, or that was answered with a code it retries by itself
+	// (answeredAfterAppend), and sent it again (it may have been applied).
 	Resent bool
 	// Lookup: Codes hold the refusal of the coordinator's lookup, not the
 	// coordinator's answer: the request was not sent.
@@ -1078,6 +1079,12 @@ type EndTxnResult struct {
 	// Resent: an earlier attempt of this request was written but got no
 	// answer, and the transport sent it again (it may have been applied).
 	Resent bool
+	// RetriedAnswered: an earlier attempt of this request was answered
+	// with a code the transport retries by itself (NOT_COORDINATOR,
+	// COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), and it
+	// sent the request again: that attempt may have been applied
+	// (answeredAfterAppend).
+	RetriedAnswered bool
 }
 
 // HandleEndTxn applies the answer to the outstanding EndTxn.
@@ -1099,7 +1106,8 @@ type EndTxnResult struct {
 //	                                        been applied, and a copy may still arrive (bump, as above)
 //	NOT_COORDINATOR, COORDINATOR_NOT_       (COORDINATOR_LOAD_IN_PROGRESS: without) rediscovering the
 //	  AVAILABLE, COORDINATOR_LOAD_IN_       coordinator, same EndTxn; answered by the coordinator (not
-//	  PROGRESS                              Lookup), the attempt may have been applied
+//	  PROGRESS; RetriedAnswered             Lookup), or so answered and retried by the transport
+//	                                        (RetriedAnswered), the attempt may have been applied
 //	                                        (answeredAfterAppend): the commit's outcome is unknown until
 //	                                        an answer settles it, but no copy is on its way (no bump)
 //	INVALID_PRODUCER_ID_MAPPING             commit: abortable (skip EndTxn); abort: InitProducerId
@@ -1126,6 +1134,9 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 	}
 	if r.Delivery != Answered {
 		return t.retryOutstanding(false), nil
+	}
+	if r.RetriedAnswered {
+		t.endTxnApplied = true
 	}
 	if retry, find := coordinatorRetry(r.Code); retry {
 		switch {

@@ -1789,7 +1789,8 @@ func TestTxnOffsetsAnsweredAfterAppend(t *testing.T) {
 }
 
 // An EndTxn answered NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
-// COORDINATOR_LOAD_IN_PROGRESS by the coordinator may have been applied
+// COORDINATOR_LOAD_IN_PROGRESS by the coordinator, or so answered and
+// retried by the transport (RetriedAnswered), may have been applied
 // (answeredAfterAppend): a commit stopped before its resend is sent has an
 // unknown outcome, and one the retry refuses fails with
 // errors.ErrUnknownOutcome too. An answer came, so no copy of the attempt
@@ -1804,6 +1805,7 @@ func TestTxnEndTxnAnsweredAfterAppend(t *testing.T) {
 		{"NOT_COORDINATOR", EndTxnResult{Code: kerr.NotCoordinator.Code}},
 		{"COORDINATOR_NOT_AVAILABLE", EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code}},
 		{"COORDINATOR_LOAD_IN_PROGRESS", EndTxnResult{Code: kerr.CoordinatorLoadInProgress.Code}},
+		{"CONCURRENT_TRANSACTIONS after a retried answer", EndTxnResult{Code: kerr.ConcurrentTransactions.Code, RetriedAnswered: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Run("stopped", func(t *testing.T) {
