@@ -10,8 +10,12 @@ package producer
 // and an EndTxn whose answer was lost may arrive again much later
 // (KAFKA-17754); an applied AddPartitionsToTxn whose answer was lost may
 // be resent by the transport, and the resend refused; an
-// AddPartitionsToTxn or EndTxn may be applied and answered
-// COORDINATOR_NOT_AVAILABLE (a timed-out transaction-log append). The application also
+// AddPartitionsToTxn, EndTxn or AddOffsetsToTxn/TxnOffsetCommit may be
+// applied and answered COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or
+// COORDINATOR_LOAD_IN_PROGRESS (a transaction-log append that timed out,
+// or whose log partition moved), to the client or to the transport, which
+// retries it by itself, and those codes may refuse the coordinator's
+// lookup instead (nothing sent). The application also
 // commits consumed offsets (SendOffsetsToTransaction: AddOffsetsToTxn,
 // then TxnOffsetCommit, each
 // attempt a step interleaved with the rest); a model group coordinator
@@ -217,6 +221,10 @@ func (d *txnDriver) offsetsStep() {
 	}
 	lostRequest, lostAnswer, resent := fate < 5, fate >= 5 && fate < 10, fate >= 10 && fate < 14
 	concurrent, refused := fate >= 14 && fate < 18, fate >= 18 && fate < 21
+	// Applied, then answered with a code the coordinator may give after
+	// its log append (answeredAfterAppend), or those codes refusing the
+	// coordinator's lookup (nothing sent).
+	afterAppend, lookup := fate >= 21 && fate < 24, fate >= 24 && fate < 26
 	kind := OffsetsAdd
 	if op.commit {
 		kind = OffsetsCommit
@@ -230,12 +238,18 @@ func (d *txnDriver) offsetsStep() {
 			kerr.GroupAuthorizationFailed.Code, kerr.IllegalGeneration.Code}[d.rng.Intn(4)]}
 	case lostRequest:
 		res.Delivery, res.Err = NoResponse, errModelNoAnswer
+	case lookup:
+		res.Codes, res.Lookup = []int16{answeredAfterAppendCodes[d.rng.Intn(3)]}, true
 	default:
 		code := d.applyOffsets(op.commit, mOffsets{op.producer, d.curTxn})
 		if code == kerr.ProducerFenced.Code {
 			c.fenced++
 		}
 		res.Codes, res.Resent = []int16{code}, resent
+		if afterAppend && code == 0 {
+			d.stats["offsets-answered-after-append"]++
+			res.Codes = []int16{answeredAfterAppendCodes[d.rng.Intn(3)]}
+		}
 		if lostAnswer {
 			res = OffsetsResult{Request: kind, Delivery: NoResponse, Err: errModelNoAnswer}
 		}
@@ -375,7 +389,7 @@ func (d *txnDriver) answerCoordinator() {
 		d.step(s)
 	case *AddPartitionsRequest:
 		var res []AddPartitionResult
-		delivery := Answered
+		delivery, retriedAnswered := Answered, false
 		switch {
 		case lostRequest:
 			delivery = NoResponse
@@ -387,21 +401,34 @@ func (d *txnDriver) answerCoordinator() {
 		default:
 			// CONCURRENT_TRANSACTIONS is answered before anything is
 			// applied; REQUEST_TIMED_OUT may come after the add was,
-			// and so may COORDINATOR_NOT_AVAILABLE (Kafka's answer
-			// when the append to the transaction log timed out: the
-			// next coordinator may load it), which may also come
-			// before (the coordinator was unloading).
-			code, applied := int16(0), true
+			// and so may COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+			// and COORDINATOR_LOAD_IN_PROGRESS (Kafka's answers when
+			// the append to the transaction log timed out or failed
+			// after the append, or succeeded while the log partition
+			// moved: the next coordinator loads it), which may also
+			// come before (the coordinator was unloading). The same
+			// codes may refuse the coordinator's lookup (Lookup):
+			// nothing was sent.
+			code, applied, lookup := int16(0), true, false
 			if concurrent {
-				switch d.rng.Intn(3) {
+				switch d.rng.Intn(5) {
 				case 0:
 					d.stats["add-timed-out"]++
 					code = kerr.RequestTimedOut.Code
 				case 1:
-					code, applied = kerr.CoordinatorNotAvailable.Code, d.rng.Intn(2) == 0
+					code, applied = answeredAfterAppendCodes[d.rng.Intn(3)], d.rng.Intn(2) == 0
 					if applied {
-						d.stats["add-not-available-applied"]++
+						d.stats["add-answered-after-append"]++
 					}
+				case 2:
+					code, applied, lookup = answeredAfterAppendCodes[d.rng.Intn(3)], false, true
+				case 3:
+					// The transport sent it again by itself after
+					// such an answer to an applied attempt, and the
+					// retry was refused CONCURRENT_TRANSACTIONS: the
+					// I/O layer says resent.
+					d.stats["add-retried-answered"]++
+					code, retriedAnswered = kerr.ConcurrentTransactions.Code, true
 				default:
 					code, applied = kerr.ConcurrentTransactions.Code, false
 				}
@@ -410,10 +437,10 @@ func (d *txnDriver) answerCoordinator() {
 				c.txn, c.ended = d.curTxn, false
 			}
 			for _, tp := range r.Partitions {
-				res = append(res, AddPartitionResult{TP: tp, Code: code})
+				res = append(res, AddPartitionResult{TP: tp, Code: code, Lookup: lookup})
 			}
 		}
-		resent := false
+		resent := retriedAnswered
 		if lostAnswer {
 			delivery, res = NoResponse, nil
 			if !lostRequest && r.Producer == c.producer && d.rng.Intn(2) == 0 {
@@ -446,14 +473,21 @@ func (d *txnDriver) answerCoordinator() {
 		d.step(s)
 	case *EndTxnRequest:
 		res := EndTxnResult{Producer: NoProducerID}
-		// COORDINATOR_NOT_AVAILABLE after the EndTxn was applied: the
-		// append of its state timed out, and the next coordinator
-		// loaded it.
-		notAvailable, applied := concurrent && d.rng.Intn(2) == 0, false
+		// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or
+		// COORDINATOR_LOAD_IN_PROGRESS after the EndTxn was applied:
+		// the append of its state timed out or failed after the
+		// append, or the log partition moved, and the next coordinator
+		// loaded it; answered to the client, or retried by the
+		// transport, whose retry the coordinator refused
+		// CONCURRENT_TRANSACTIONS (RetriedAnswered). Or the same codes
+		// refusing the coordinator's lookup: nothing was sent.
+		afterAppend, applied := concurrent && d.rng.Intn(2) == 0, false
 		switch {
 		case lostRequest:
 			res.Delivery = NoResponse
-		case concurrent && !notAvailable:
+		case concurrent && !afterAppend && d.rng.Intn(2) == 0:
+			res.Code, res.Lookup = answeredAfterAppendCodes[d.rng.Intn(3)], true
+		case concurrent && !afterAppend:
 			res.Code = kerr.ConcurrentTransactions.Code
 		case c.ended && r.Producer == c.endedBy && r.Commit == c.result:
 			if c.tv2 {
@@ -486,9 +520,14 @@ func (d *txnDriver) answerCoordinator() {
 			}
 			applied = true
 		}
-		if notAvailable && applied {
-			d.stats["endtxn-not-available-applied"]++
-			res = EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code, Producer: NoProducerID}
+		if afterAppend && applied {
+			if d.rng.Intn(3) == 0 {
+				d.stats["endtxn-retried-answered"]++
+				res = EndTxnResult{Code: kerr.ConcurrentTransactions.Code, Producer: NoProducerID, RetriedAnswered: true}
+			} else {
+				d.stats["endtxn-answered-after-append"]++
+				res = EndTxnResult{Code: answeredAfterAppendCodes[d.rng.Intn(3)], Producer: NoProducerID}
+			}
 		}
 		if lostAnswer {
 			res = EndTxnResult{Delivery: NoResponse}
@@ -911,7 +950,8 @@ func TestTxnModelRandomized(t *testing.T) {
 		"pid-rotation", "zombie-fenced", "offsets-sent", "offsets-failed", "offsets-committed", "offsets-zombie-fenced",
 		"recreate", "recreated-duplicate", "recreated-resequenced", "replaced-ack", "deleted-answer", "recreated-txn-doomed",
 		"add-resend-refused", "add-resend-retriable", "add-resend-unsent", "add-timed-out", "abort-add-unsent",
-		"add-not-available-applied", "endtxn-not-available-applied"} {
+		"add-answered-after-append", "add-retried-answered", "endtxn-answered-after-append", "endtxn-retried-answered",
+		"offsets-answered-after-append"} {
 		if total[k] == 0 {
 			t.Errorf("the model never produced %q (totals %v)", k, total)
 		}
@@ -920,3 +960,7 @@ func TestTxnModelRandomized(t *testing.T) {
 }
 
 var errModelNoAnswer = fmt.Errorf("model: no answer")
+
+// answeredAfterAppendCodes: the codes a coordinator may answer after
+// appending a request's effect to its log (answeredAfterAppend).
+var answeredAfterAppendCodes = []int16{kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code}
