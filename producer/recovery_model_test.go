@@ -69,6 +69,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"slices"
@@ -447,9 +448,15 @@ type mDriver struct {
 	// cutBeforeDelete: brokers may lose producer state (the transactional
 	// model's never do), so a deleted incarnation may also have.
 	cutBeforeDelete bool
+	// traceTo, if set, receives the run's trace (as runModelTrace does),
+	// fatal failures included.
+	traceTo func(string)
 }
 
 func (d *mDriver) fatalf(format string, args ...any) {
+	if d.traceTo != nil {
+		d.traceTo("fatal: " + fmt.Sprintf(format, args...))
+	}
 	d.t.Helper()
 	d.t.Fatalf(format, args...)
 }
@@ -692,6 +699,9 @@ var runModelTrace func(string)
 func (d *mDriver) trace(format string, args ...any) {
 	if runModelTrace != nil {
 		runModelTrace(fmt.Sprintf(format, args...))
+	}
+	if d.traceTo != nil {
+		d.traceTo(fmt.Sprintf(format, args...))
 	}
 }
 
@@ -1131,7 +1141,8 @@ func (d *mDriver) verify() {
 				}
 			}
 		}
-		for r, st := range d.status {
+		for _, r := range slices.Sorted(maps.Keys(d.status)) { // in order: a failing seed reports the same failure
+			st := d.status[r]
 			if d.recTP[r] != cur.tp {
 				continue
 			}

@@ -55,6 +55,7 @@ package producer
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"slices"
@@ -259,6 +260,7 @@ func (d *txnDriver) offsetsStep() {
 	}
 	op.attempts++
 	st := d.tx.HandleOffsets(res)
+	d.trace("offsets %+v -> retry=%v err=%v", res, st.Retry, st.Err)
 	d.step(st.Txn)
 	switch {
 	case st.Err != nil:
@@ -283,6 +285,7 @@ func (d *txnDriver) offsetsStep() {
 
 func (d *txnDriver) step(s TxnStep) {
 	d.t.Helper()
+	d.trace("txn step send=%+v find=%v drain=%v done=%v err=%v state=%v", s.Send, s.FindCoordinator, s.WaitDrain, s.Done, s.Err, d.tx.State())
 	d.handle(s.Decision)
 	if s.Send != nil {
 		if d.coordReq != nil {
@@ -382,6 +385,7 @@ func (d *txnDriver) answerCoordinator() {
 		if lostAnswer {
 			res = InitProducerIDResult{Delivery: NoResponse}
 		}
+		d.trace("coordinator %+v -> %+v", *r, res)
 		s, err := d.tx.HandleInitProducerID(res)
 		if err != nil {
 			d.fatalf("HandleInitProducerID: %v", err)
@@ -466,6 +470,7 @@ func (d *txnDriver) answerCoordinator() {
 				}
 			}
 		}
+		d.trace("coordinator %+v -> %v %+v resent=%v", *r, delivery, res, resent)
 		s, err := d.tx.HandleAddPartitions(delivery, res, resent)
 		if err != nil {
 			d.fatalf("HandleAddPartitions: %v", err)
@@ -535,6 +540,7 @@ func (d *txnDriver) answerCoordinator() {
 		if (lostAnswer || lostRequest) && d.rng.Intn(2) == 0 {
 			c.zombies = append(c.zombies, *r)
 		}
+		d.trace("coordinator %+v -> %+v", *r, res)
 		s, err := d.tx.HandleEndTxn(res)
 		if err != nil {
 			d.fatalf("HandleEndTxn: %v", err)
@@ -579,11 +585,11 @@ func (d *txnDriver) produceStep(tp TopicPartition) {
 // sending it): the TxnState gets it back, and the driver sends instead
 // what the abort's step hands out.
 func (d *txnDriver) abort(unsent bool) {
-	for tp, recs := range d.pending {
-		for _, r := range recs {
+	for _, m := range d.parts { // in order: a run is its seed's alone
+		for _, r := range d.pending[m.tp] {
 			d.status[r].failed = true
 		}
-		d.pending[tp] = nil
+		d.pending[m.tp] = nil
 	}
 	d.flushing, d.pendingOp, d.opCommit = false, true, false
 	s, err := d.tx.Abort(unsent)
@@ -668,8 +674,8 @@ func (d *txnDriver) newIncarnation(tp TopicPartition) {
 	before := d.tx.State()
 	open := before == TxnInTransaction || before == TxnCommitting || before == TxnAbortableError
 	acked := false
-	for r, k := range d.txnOf {
-		if st := d.status[r]; k == d.curTxn && d.recTP[r] == tp && st.ackedSeen && st.ackInc != d.known[tp] {
+	for _, r := range slices.Sorted(maps.Keys(d.txnOf)) {
+		if st, k := d.status[r], d.txnOf[r]; k == d.curTxn && d.recTP[r] == tp && st.ackedSeen && st.ackInc != d.known[tp] {
 			acked = true
 		}
 	}
@@ -773,7 +779,10 @@ func (d *txnDriver) appStep() {
 	}
 }
 
-func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
+// runTxnModel runs the model for seed; trace, if not nil, receives its
+// trace (every coordinator and offsets request with its answer, every
+// step the TxnState hands out, every Sequencer decision).
+func runTxnModel(t *testing.T, seed int64, steps int, trace func(string)) map[string]int {
 	rng := rand.New(rand.NewSource(seed))
 	seq, err := NewSequencer(Config{Transactional: true})
 	if err != nil {
@@ -784,7 +793,7 @@ func runTxnModel(t *testing.T, seed int64, steps int) map[string]int {
 		pending: map[TopicPartition][]int{}, batchRecs: map[BatchRef][]int{}, status: map[int]*recStatus{},
 		recTP: map[int]TopicPartition{}, possDup: map[int]bool{}, lostRep: map[int]bool{}, bySeq: map[seqKey]int{},
 		stats: map[string]int{}, incs: map[TopicPartition][]*mPartition{}, known: map[TopicPartition]int{},
-		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{},
+		sentInc: map[BatchRef]int{}, possDupRe: map[int]bool{}, traceTo: trace,
 	}
 	if rrng := rand.New(rand.NewSource(^seed)); rrng.Intn(2) == 0 {
 		base.rrng = rrng // half the runs recreate topics
@@ -873,7 +882,9 @@ func (d *txnDriver) verifyTxn() {
 	if d.coord.fenced > 0 {
 		d.fatalf("the coordinator fenced the only producer %d times", d.coord.fenced)
 	}
-	for k := range d.committed {
+	// In order, here and below: a failing seed reports the same failure
+	// every time it runs.
+	for _, k := range slices.Sorted(maps.Keys(d.committed)) {
 		if !d.clientOK[k] {
 			d.fatalf("transaction %d committed but the client was not told", k)
 		}
@@ -881,14 +892,14 @@ func (d *txnDriver) verifyTxn() {
 			d.fatalf("transaction %d committed with a batch acknowledged by a deleted incarnation", k)
 		}
 	}
-	for k := range d.clientOK {
+	for _, k := range slices.Sorted(maps.Keys(d.clientOK)) {
 		if d.committed[k] {
 			continue
 		}
 		// Committed locally without EndTxn: only right if nothing of it
 		// reached the coordinator or a partition.
-		for r, tk := range d.txnOf {
-			if tk == k && d.status[r].ackedSeen {
+		for _, r := range slices.Sorted(maps.Keys(d.txnOf)) {
+			if d.txnOf[r] == k && d.status[r].ackedSeen {
 				d.fatalf("transaction %d reported committed, the coordinator did not commit it, and record %d was acknowledged", k, r)
 			}
 		}
@@ -909,7 +920,8 @@ func (d *txnDriver) verifyTxn() {
 			}
 			last = r.rec
 		}
-		for r, st := range d.status {
+		for _, r := range slices.Sorted(maps.Keys(d.status)) {
+			st := d.status[r]
 			if d.recTP[r] != m.tp {
 				continue
 			}
@@ -941,7 +953,7 @@ func TestTxnModelRandomized(t *testing.T) {
 	total := map[string]int{}
 	for seed := *modelFirst; seed < *modelFirst+int64(seeds); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			for k, v := range runTxnModel(t, seed, *modelSteps) {
+			for k, v := range runTxnModel(t, seed, *modelSteps, nil) {
 				total[k] += v
 			}
 		})
@@ -964,3 +976,41 @@ var errModelNoAnswer = fmt.Errorf("model: no answer")
 // answeredAfterAppendCodes: the codes a coordinator may answer after
 // appending a request's effect to its log (answeredAfterAppend).
 var answeredAfterAppendCodes = []int16{kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code, kerr.CoordinatorLoadInProgress.Code}
+
+// TestTxnModelDeterministic: a seed is the whole of a run: two runs of it
+// make the same trace (every request, answer, step and decision, and the
+// failure a failing seed reports) and the same statistics, so that a seed
+// that fails fails again, with the same message, when run alone (-run
+// 'TestTxnModelRandomized/seed=N$', or -model.first=N -model.seeds=1). A
+// run that drew on anything but its seed (map iteration order above all)
+// would not.
+func TestTxnModelDeterministic(t *testing.T) {
+	run := func(seed int64) ([]string, map[string]int) {
+		var trace []string
+		var stats map[string]int
+		// A failing seed fails this subtest too: its trace ends with
+		// the failure, compared all the same.
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			stats = runTxnModel(t, seed, *modelSteps, func(s string) { trace = append(trace, s) })
+		})
+		if !ok {
+			t.Errorf("seed %d failed", seed)
+		}
+		return trace, stats
+	}
+	seeds := min(*modelSeeds, 40)
+	for seed := *modelFirst; seed < *modelFirst+int64(seeds); seed++ {
+		trace1, stats1 := run(seed)
+		trace2, stats2 := run(seed)
+		if len(trace1) == 0 {
+			t.Fatalf("seed %d: no trace", seed)
+		}
+		if i := slices.Compare(trace1, trace2); i != 0 || !maps.Equal(stats1, stats2) {
+			n := 0
+			for n < min(len(trace1), len(trace2)) && trace1[n] == trace2[n] {
+				n++
+			}
+			t.Fatalf("seed %d: two runs differ after %d trace lines (%d and %d lines; stats %v and %v)", seed, n, len(trace1), len(trace2), stats1, stats2)
+		}
+	}
+}
