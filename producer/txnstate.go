@@ -1132,11 +1132,13 @@ func (t *TxnState) HandleEndTxn(r EndTxnResult) (TxnStep, error) {
 	if r.Delivery == NoResponse || r.Resent {
 		t.endTxnUncertain = true
 	}
+	if r.RetriedAnswered {
+		// Whatever ended the transport's retry (even before it was
+		// sent: NotSent), the attempt answered before may be applied.
+		t.endTxnApplied = true
+	}
 	if r.Delivery != Answered {
 		return t.retryOutstanding(false), nil
-	}
-	if r.RetriedAnswered {
-		t.endTxnApplied = true
 	}
 	if retry, find := coordinatorRetry(r.Code); retry {
 		switch {

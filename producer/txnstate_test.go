@@ -1806,6 +1806,9 @@ func TestTxnEndTxnAnsweredAfterAppend(t *testing.T) {
 		{"COORDINATOR_NOT_AVAILABLE", EndTxnResult{Code: kerr.CoordinatorNotAvailable.Code}},
 		{"COORDINATOR_LOAD_IN_PROGRESS", EndTxnResult{Code: kerr.CoordinatorLoadInProgress.Code}},
 		{"CONCURRENT_TRANSACTIONS after a retried answer", EndTxnResult{Code: kerr.ConcurrentTransactions.Code, RetriedAnswered: true}},
+		// The request timeout ended the transport's retry before it
+		// was sent.
+		{"not sent after a retried answer", EndTxnResult{Delivery: NotSent, RetriedAnswered: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Run("stopped", func(t *testing.T) {
