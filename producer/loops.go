@@ -698,27 +698,16 @@ func (p *Producer) abandonLedger(t ledgerTask, err error) {
 	p.reportLedgerLocked(res)
 }
 
+// offsetForLeaderEpoch asks the leader where epoch ends in tp's log. An
+// answer about another partition is refused (wire.ErrMalformedAnswer) and
+// the check retried like a failed request, never applied to tp.
 func (p *Producer) offsetForLeaderEpoch(leader int32, tp TopicPartition, epoch, current int32) (EpochEnd, error) {
-	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-	rt.Topic = tp.Topic
-	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-	rp.Partition = tp.Partition
-	rp.LeaderEpoch = epoch
-	rp.CurrentLeaderEpoch = current
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.requestTO)
 	defer cancel()
-	resp, err := req.RequestWith(ctx, p.cl.Broker(int(leader)))
+	r, err := wire.OffsetForLeaderEpoch(ctx, p.cl.Broker(int(leader)), tp.Topic, tp.Partition, current, epoch)
 	if err != nil {
 		return EpochEnd{}, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return EpochEnd{}, kerr.UnknownServerError
-	}
-	r := resp.Topics[0].Partitions[0]
 	if err := errors.FromCode(r.ErrorCode); err != nil {
 		return EpochEnd{}, err
 	}
@@ -766,10 +755,11 @@ func (p *Producer) probe(leader int32, tp TopicPartition, topicID [16]byte, pr P
 	if err != nil {
 		return out, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return out, kerr.UnknownServerError
+	// Another partition's batches would be judged as tp's.
+	fp, err := wire.FetchAnswer(resp, tp.Topic, topicID, tp.Partition)
+	if err != nil {
+		return out, err
 	}
-	fp := &resp.Topics[0].Partitions[0]
 	switch fp.ErrorCode {
 	case 0:
 	case kerr.OffsetOutOfRange.Code:

@@ -4,7 +4,10 @@
 // and the log start the producer's ack ledger asks for.
 // Each returns the partition's answer as the broker gave it, error code
 // included (its meaning is the caller's), or the error that kept it from
-// arriving whole.
+// arriving whole. An answer that does not hold exactly the partition asked
+// for (another topic or partition, an extra or missing entry) is refused
+// with an error matching ErrMalformedAnswer: a broker's mistake, never read
+// as the asked partition's answer.
 package wire
 
 import (
@@ -12,9 +15,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kepoch/kepoch/errors"
 )
+
+// ErrMalformedAnswer is matched by the error of an answer that does not
+// hold exactly the one partition its request asked about. Callers treat it
+// as a failed request (the broker's answer is unusable), not as an answer.
+var ErrMalformedAnswer = errors.New("kepoch: malformed answer (not the partition asked for)")
 
 // ListOffset asks ListOffsets, as a consumer, for the offset of partition at
 // timestamp ts (-2: the log start, -1: the log end), fenced by
@@ -34,7 +43,14 @@ func ListOffset(ctx context.Context, br kmsg.Requestor, topic string, partition,
 	if err != nil {
 		return kmsg.ListOffsetsResponseTopicPartition{}, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+	return ListOffsetsAnswer(resp, topic, partition)
+}
+
+// ListOffsetsAnswer returns resp's entry for topic/partition, the one
+// partition its request asked about; any other shape is malformed.
+func ListOffsetsAnswer(resp *kmsg.ListOffsetsResponse, topic string, partition int32) (kmsg.ListOffsetsResponseTopicPartition, error) {
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
+		resp.Topics[0].Topic != topic || resp.Topics[0].Partitions[0].Partition != partition {
 		return kmsg.ListOffsetsResponseTopicPartition{}, malformed("ListOffsets", topic, partition)
 	}
 	return resp.Topics[0].Partitions[0], nil
@@ -57,7 +73,14 @@ func OffsetForLeaderEpoch(ctx context.Context, br kmsg.Requestor, topic string, 
 	if err != nil {
 		return kmsg.OffsetForLeaderEpochResponseTopicPartition{}, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+	return OffsetForLeaderEpochAnswer(resp, topic, partition)
+}
+
+// OffsetForLeaderEpochAnswer returns resp's entry for topic/partition, the
+// one partition its request asked about; any other shape is malformed.
+func OffsetForLeaderEpochAnswer(resp *kmsg.OffsetForLeaderEpochResponse, topic string, partition int32) (kmsg.OffsetForLeaderEpochResponseTopicPartition, error) {
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
+		resp.Topics[0].Topic != topic || resp.Topics[0].Partitions[0].Partition != partition {
 		return kmsg.OffsetForLeaderEpochResponseTopicPartition{}, malformed("OffsetForLeaderEpoch", topic, partition)
 	}
 	return resp.Topics[0].Partitions[0], nil
@@ -66,7 +89,7 @@ func OffsetForLeaderEpoch(ctx context.Context, br kmsg.Requestor, topic string, 
 // Produce sends records, encoded record batches, to partition with
 // acks=all, the broker waiting up to timeout for the replicas. topicID is
 // the topic's ID (Produce v13+ names topics by ID).
-func Produce(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, partition int32, records []byte, timeout time.Duration) (kmsg.ProduceResponseTopicPartition, error) {
+func Produce(ctx context.Context, br kmsg.Requestor, topic string, topicID [16]byte, partition int32, records []byte, timeout time.Duration) (kmsg.ProduceResponseTopicPartition, error) {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
 	req.TimeoutMillis = int32(timeout / time.Millisecond)
@@ -80,12 +103,34 @@ func Produce(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte
 	if err != nil {
 		return kmsg.ProduceResponseTopicPartition{}, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
+		!sameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
 		return kmsg.ProduceResponseTopicPartition{}, malformed("Produce", topic, partition)
 	}
 	return resp.Topics[0].Partitions[0], nil
 }
 
+// FetchAnswer returns resp's entry for topic/partition (topicID: the
+// topic's ID the request named, zero if none), the one partition its
+// request asked about; any other shape is malformed.
+func FetchAnswer(resp *kmsg.FetchResponse, topic string, topicID [16]byte, partition int32) (*kmsg.FetchResponseTopicPartition, error) {
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
+		!sameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
+		return nil, malformed("Fetch", topic, partition)
+	}
+	return &resp.Topics[0].Partitions[0], nil
+}
+
+// sameTopic reports whether an answer's topic (name, ID) is the one asked
+// about: by ID when both sides carry one (versions that name topics by ID
+// may leave the name empty), by name otherwise.
+func sameTopic(name string, id [16]byte, askedName string, askedID [16]byte) bool {
+	if id != ([16]byte{}) && askedID != ([16]byte{}) {
+		return id == askedID
+	}
+	return name == askedName
+}
+
 func malformed(api, topic string, partition int32) error {
-	return fmt.Errorf("%s %s/%d: the answer does not hold the partition", api, topic, partition)
+	return fmt.Errorf("%s %s/%d: %w", api, topic, partition, ErrMalformedAnswer)
 }
