@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -115,4 +116,33 @@ func TestProduceUnknownCodeUntilTimeoutKeepsTheCode(t *testing.T) {
 	if code, ok := errors.CodeOf(err); !ok || code != 9999 {
 		t.Fatalf("record: %v (code %d, %v); want the code 9999", err, code, ok)
 	}
+}
+
+// A Produce answer listing the partition twice is read by its first entry
+// (as the consumer reads a Fetch answer): here a retriable refusal, so the
+// record is sent again and written once. The last entry, a made-up
+// acknowledgement at offset 5, was taken: the record was reported written
+// at an offset where it never was.
+func TestProduceAnswerDuplicatePartitionFirstEntry(t *testing.T) {
+	c := newCluster(t, 1)
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		resp := answerProduce(kr.(*kmsg.ProduceRequest), kerr.NotLeaderForPartition.Code, -1)
+		for i := range resp.Topics {
+			for _, sp := range resp.Topics[i].Partitions {
+				sp.ErrorCode, sp.BaseOffset = 0, 5
+				resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, sp)
+			}
+		}
+		return resp, nil, true
+	})
+	p := newProducer(t, c, producer.RetryBackoff(10*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	rs, err := p.ProduceSync(ctx, prec(0, "x"))
+	if err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	if rs[0].Offset != 0 {
+		t.Fatalf("record written at %d; want 0 (the log's only record)", rs[0].Offset)
+	}
+	wantLog(t, c, 0, []string{"x"})
 }

@@ -553,13 +553,17 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		case p.cfg.acks == AcksNone:
 			// No answer by design; count it as written, offset unknown.
 		default:
+			// The partition's first entry is its answer (as the
+			// consumer reads a Fetch): a later one, a broker's mistake,
+			// is ignored, and so is an entry for a partition the request
+			// did not name (only the batches sent are looked up).
 			found := false
 			for _, t := range resp.Topics {
-				if !answersTopic(t, x) {
+				if found || !answersTopic(t, x) {
 					continue
 				}
 				for _, rp := range t.Partitions {
-					if rp.Partition == x.ps.tp.Partition {
+					if !found && rp.Partition == x.ps.tp.Partition {
 						res.Code, res.BaseOffset, res.LogStartOffset, found = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset, true
 						res.ByTopicID = t.TopicID != ([16]byte{})
 						if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
