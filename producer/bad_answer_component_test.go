@@ -5,11 +5,13 @@ package producer_test
 // not know.
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kepoch/kepoch/errors"
@@ -145,4 +147,64 @@ func TestProduceAnswerDuplicatePartitionFirstEntry(t *testing.T) {
 		t.Fatalf("record written at %d; want 0 (the log's only record)", rs[0].Offset)
 	}
 	wantLog(t, c, 0, []string{"x"})
+}
+
+// noIdentity makes the cluster answer InitProducerId without error but
+// without a producer identity while bad holds, counting those answers.
+func noIdentity(c *kfake.Cluster, bad *atomic.Bool, inits *atomic.Int32) {
+	c.ControlKey(int16(kmsg.InitProducerID), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !bad.Load() {
+			return nil, nil, false
+		}
+		inits.Add(1)
+		resp := kr.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		return resp, nil, true
+	})
+}
+
+// A transactional producer's InitProducerId answered without an identity
+// is asked again after the backoff: InitTransactions whose context ends
+// meanwhile says the broker answered no identity (it was fatal with an
+// error matching ErrInvalidArgument, a misuse's), and once the broker
+// answers properly the same InitTransactions completes.
+func TestInitTransactionsWithoutIdentitySaysWhy(t *testing.T) {
+	c := newCluster(t, 1)
+	var bad atomic.Bool
+	bad.Store(true)
+	var inits atomic.Int32
+	noIdentity(c, &bad, &inits)
+	p, _ := newRecorded(t, c, producer.TransactionalID("no-identity"), producer.RetryBackoff(20*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := p.InitTransactions(ctx)
+	if errors.Is(err, errors.ErrInvalidArgument) || !errors.Is(err, producer.ErrNoProducerIdentity) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("InitTransactions: %v; want its deadline and ErrNoProducerIdentity", err)
+	}
+	if n := inits.Load(); n < 2 {
+		t.Fatalf("%d InitProducerId requests; want it asked again", n)
+	}
+	bad.Store(false)
+	if err := p.InitTransactions(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatalf("InitTransactions once the broker answers: %v", err)
+	}
+	commitTxn(t, testCtx(t, 5*time.Second), p, prec(0, "x"))
+}
+
+// An idempotent producer's record that waited for a producer identity
+// until its delivery timeout says why: the error wraps the last
+// InitProducerId failure (a bare delivery timeout left it unsaid).
+func TestInitProducerIDWithoutIdentityTimeoutSaysWhy(t *testing.T) {
+	c := newCluster(t, 1)
+	var bad atomic.Bool
+	bad.Store(true)
+	var inits atomic.Int32
+	noIdentity(c, &bad, &inits)
+	p := newProducer(t, c, producer.DeliveryTimeout(500*time.Millisecond), producer.RequestTimeout(250*time.Millisecond),
+		producer.RetryBackoff(20*time.Millisecond))
+	_, err := p.ProduceSync(testCtx(t, 10*time.Second), prec(0, "x"))
+	if !errors.Is(err, producer.ErrDeliveryTimeout) || !errors.Is(err, producer.ErrNoProducerIdentity) {
+		t.Fatalf("record: %v; want a delivery timeout wrapping ErrNoProducerIdentity", err)
+	}
 }

@@ -214,11 +214,19 @@ func (p *Producer) pidLoop() {
 			if err == nil {
 				err = errors.FromCode(resp.ErrorCode)
 			}
+			if err == nil && !(ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch}).Valid() {
+				// An answer without error that holds no producer
+				// identity, a broker's fault: asked again after the
+				// backoff like a failed one, not at once (a broker
+				// that answers it every time would get a request loop
+				// that never waits).
+				err = fmt.Errorf("%w (producer ID %d, epoch %d)", ErrNoProducerIdentity, resp.ProducerID, resp.ProducerEpoch)
+			}
 			if err == nil {
 				p.mu.Lock()
 				d, serr := p.seq.SetProducer(ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch})
 				if serr == nil {
-					p.needPID = false
+					p.needPID, p.pidErr = false, nil
 				}
 				p.applyLocked(d)
 				p.wakeSinksLocked()
@@ -226,13 +234,11 @@ func (p *Producer) pidLoop() {
 				if serr == nil {
 					continue
 				}
-				// An answer without error that holds no producer
-				// identity: asked again after the backoff like a
-				// failed one, not at once (a broker that answers it
-				// every time would get a request loop that never
-				// waits).
 				err = serr
 			}
+			p.mu.Lock()
+			p.pidErr = err
+			p.mu.Unlock()
 			if !errors.IsRetriable(err) && p.ctx.Err() == nil {
 				p.mu.Lock()
 				if p.fatal == nil && initProducerIDFatal(err) {
@@ -340,7 +346,7 @@ func (p *Producer) expireLoop() {
 				// Batches never sent: certainly not written.
 				for len(ps.queue) > 0 && !now.Before(ps.queue[0].deadline) {
 					b := ps.popQueue()
-					p.finishLocked(b, expiredErr(b, -1), -1, nil)
+					p.finishLocked(b, p.expiredUnsentLocked(b), -1, nil)
 					expiredUnsent = true
 				}
 				if b := ps.inflight; b != nil && !b.retryAt.IsZero() && !now.Before(b.deadline) {
@@ -359,7 +365,7 @@ func (p *Producer) expireLoop() {
 					// It ends like a closed batch: a sticky partitioner
 					// moves on (the partition had no leader to send it).
 					p.part.BatchClosed(ps.tp.Topic, ps.tp.Partition)
-					p.finishLocked(b, expiredErr(b, -1), -1, nil)
+					p.finishLocked(b, p.expiredUnsentLocked(b), -1, nil)
 					expiredUnsent = true
 				}
 				if ps.leader < 0 && (ps.open != nil || len(ps.queue) > 0 || ps.inflight != nil) {
@@ -382,6 +388,18 @@ func (p *Producer) expireLoop() {
 // it could be sent (epoch: the leader epoch it was last sent under, or -1).
 func expiredErr(b *pbatch, epoch int32) error {
 	return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: epoch, Err: ErrDeliveryTimeout}
+}
+
+// expiredUnsentLocked is the report of a batch whose delivery deadline
+// passed before it was ever sent: while the producer waits for a producer
+// identity, it also wraps the last InitProducerId failure (the reason it
+// was not sent, which a bare delivery timeout left unsaid).
+func (p *Producer) expiredUnsentLocked(b *pbatch) error {
+	if !p.needPID || p.pidErr == nil {
+		return expiredErr(b, -1)
+	}
+	return &errors.PartitionError{Op: "produce", Topic: b.tp.Topic, Partition: b.tp.Partition, Offset: -1, LeaderEpoch: -1,
+		Err: fmt.Errorf("%w (waiting for a producer identity; last InitProducerId: %w)", ErrDeliveryTimeout, p.pidErr)}
 }
 
 // ledgerTask is one acked-write check to send: an OffsetForLeaderEpoch

@@ -130,11 +130,16 @@ type Producer struct {
 	committing   int                        // CommitTransaction calls under way: Produce refuses
 	flushers     []*flushWaiter
 	needPID      bool
-	pidWake      chan struct{}
-	ledgerQ      []ledgerTask
-	ledgerW      chan struct{}
-	ledgerAPIs   brokerAPIs // owned by ledgerLoop (unsupportedLedger), not under mu
-	comp         *compress.Compressor
+	// pidErr is the last InitProducerId failure (a Kafka code, a
+	// transport error, ErrNoProducerIdentity) since the last identity
+	// adopted: what a record timing out while it waits for an identity,
+	// or an InitTransactions whose context ends, was waiting on.
+	pidErr     error
+	pidWake    chan struct{}
+	ledgerQ    []ledgerTask
+	ledgerW    chan struct{}
+	ledgerAPIs brokerAPIs // owned by ledgerLoop (unsupportedLedger), not under mu
+	comp       *compress.Compressor
 
 	// Callbacks, run in order by callbackLoop (see accumulator.go).
 	events  []event

@@ -109,10 +109,18 @@ var (
 	// cause.
 	ErrProducerFatal = errors.New("kepoch: producer is in a fatal state")
 
+	// ErrNoProducerIdentity: an InitProducerId answered without error
+	// held no producer identity (a negative producer ID or epoch), a
+	// broker's fault. The request is asked again after the retry backoff;
+	// an error that ends the wait for it (a delivery timeout, an
+	// InitTransactions context) wraps it.
+	ErrNoProducerIdentity = errors.New("kepoch: InitProducerId answered without a producer identity")
+
 	// ErrDeliveryTimeout: a batch's delivery deadline passed before it was
 	// acknowledged. An idempotent producer's error wrapping it also wraps
 	// the error code of the last answer that had the batch sent again, if
-	// one did.
+	// one did, or, for a batch that waited for a producer identity, the
+	// last InitProducerId failure.
 	ErrDeliveryTimeout = errors.New("kepoch: delivery timeout expired")
 
 	// ErrAckCheckFailed: acknowledged writes could not be verified after a

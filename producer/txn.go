@@ -278,7 +278,14 @@ func (p *Producer) txnOp(ctx context.Context, kind string, op func() (TxnStep, e
 		// The operation goes on; its outcome stays in done for a retry.
 		p.mu.Lock()
 		p.txnLeft, p.txnLeftKind = done, kind
+		// An InitProducerId failing again and again (a bump, an
+		// InitTransactions) is what it waited on: said, not a bare
+		// context error.
+		cause := p.pidErr
 		p.mu.Unlock()
+		if cause != nil {
+			return fmt.Errorf("%w (last InitProducerId: %w)", ctx.Err(), cause)
+		}
 		return ctx.Err()
 	}
 }
@@ -518,9 +525,25 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		} else {
 			res.Code, res.Producer = resp.ErrorCode, ProducerID{ID: resp.ProducerID, Epoch: resp.ProducerEpoch}
 		}
-		retry = res.Delivery != Answered || res.Code != 0
+		// A failure is kept for the error of a caller that stops
+		// waiting (txnOp); the answer's identity is checked here only
+		// to say so: HandleInitProducerID decides.
+		var failed error
+		switch {
+		case res.Delivery != Answered:
+			failed = err
+		case res.Code != 0:
+			failed = errors.FromCode(res.Code)
+		case !res.Producer.Valid():
+			failed = fmt.Errorf("%w (producer ID %d, epoch %d)", ErrNoProducerIdentity, res.Producer.ID, res.Producer.Epoch)
+		}
+		retry = failed != nil
 		p.mu.Lock()
 		step, herr = p.txn.HandleInitProducerID(res)
+		p.pidErr = failed
+		if step.Done || herr != nil {
+			p.pidErr = nil // settled: the operation ends with its own error
+		}
 		p.mu.Unlock()
 	case *AddPartitionsRequest:
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()

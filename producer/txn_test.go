@@ -99,3 +99,28 @@ func TestRetriedAnswered(t *testing.T) {
 		}
 	}
 }
+
+// An InitProducerId answered without error but without an identity (ID or
+// epoch negative) is the coordinator's fault: the same request is sent
+// again and the TxnState stays Initializing, not fatal with an error
+// matching ErrInvalidArgument (SetProducer's refusal of a misuse).
+func TestTxnInitProducerIDWithoutIdentityAskedAgain(t *testing.T) {
+	for _, id := range []ProducerID{{ID: -1, Epoch: -1}, {ID: 7, Epoch: -1}, {ID: -1, Epoch: 0}} {
+		seq, _ := NewSequencer(Config{Transactional: true})
+		tx, _ := NewTxnState(TxnConfig{TransactionalID: txnID}, seq)
+		if _, err := tx.InitTransactions(); err != nil {
+			t.Fatal(err)
+		}
+		step, err := tx.HandleInitProducerID(InitProducerIDResult{Producer: id})
+		if err != nil || step.Done || tx.State() != TxnInitializing {
+			t.Fatalf("%v: %+v %v, state %v; want InitProducerId asked again", id, step, err, tx.State())
+		}
+		if g, ok := step.Send.(*InitProducerIDRequest); !ok || *g != (InitProducerIDRequest{TransactionalID: txnID, Producer: NoProducerID}) {
+			t.Fatalf("%v: send %#v; want the same InitProducerId", id, step.Send)
+		}
+		step, err = tx.HandleInitProducerID(InitProducerIDResult{Producer: ProducerID{ID: 3, Epoch: 0}})
+		if err != nil || !step.Done || step.Err != nil || tx.State() != TxnReady {
+			t.Fatalf("%v, then an identity: %+v %v, state %v", id, step, err, tx.State())
+		}
+	}
+}

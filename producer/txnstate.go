@@ -877,6 +877,8 @@ type InitProducerIDResult struct {
 // HandleInitProducerID applies the answer to the outstanding InitProducerId.
 //
 //	NONE                                    adopt the identity (SetProducer: sequences restart at 0) → Ready
+//	NONE without an identity (ID or epoch   send the same request again: a broker's fault, not the
+//	  negative)                             producer's (SetProducer refused it: fatal, as a misuse)
 //	NotSent, NoResponse,                    send the same request again (a lost answer is safe to
 //	  CONCURRENT_TRANSACTIONS, COORDINATOR_   retry: the coordinator returns the epoch it already gave)
 //	  LOAD_IN_PROGRESS, REQUEST_TIMED_OUT
@@ -902,6 +904,9 @@ func (t *TxnState) HandleInitProducerID(r InitProducerIDResult) (TxnStep, error)
 	}
 	if retry, find := coordinatorRetry(r.Code); retry {
 		return t.retryOutstanding(find), nil
+	}
+	if r.Code == 0 && !r.Producer.Valid() {
+		return t.retryOutstanding(false), nil
 	}
 	t.outstanding = nil
 	committed := t.committed && t.state == TxnBumpingEpoch
