@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"maps"
 	"slices"
 	"sort"
 
@@ -76,7 +77,11 @@ import (
 //  9. Epochs from Metadata answers below v9 are not trusted (KAFKA-9212)
 //     and read as -1.
 //
-// Every leader or epoch change that is adopted yields one Event.
+// Every leader or epoch change that is adopted yields one Event. An answer
+// that changes nothing (no topic, partition, broker, controller or cluster
+// ID, no error and no count of the rules above, nothing unsettled) leaves
+// the state as it was: merge returns prev itself, so a Version read before
+// it is still current.
 
 // state is one immutable snapshot of the cache. merge and applyHint return a
 // new state and never modify their input, so readers may hold a *state
@@ -205,7 +210,8 @@ func decode(resp *kmsg.MetadataResponse, all bool, broker int32) (*response, err
 }
 
 // merge applies one answer to prev. n is the number of consecutive answers
-// needed to believe a lower epoch or a topic's removal (0: never).
+// needed to believe a lower epoch or a topic's removal (0: never). It
+// returns prev itself when the answer changes nothing (see unchanged).
 func merge(prev *state, in *response, n int) (*state, []Event) {
 	next := &state{
 		brokers:    prev.brokers,
@@ -229,6 +235,7 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 	}
 
 	var events []Event
+	same := true // every topic entry of next is prev's
 	seen := make(map[string]bool, len(in.topics))
 	for _, rt := range in.topics {
 		if seen[rt.name] {
@@ -237,6 +244,8 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		seen[rt.name] = true
 		old := prev.topics[rt.name]
 		nt, evs := mergeTopic(old, rt, n, in.broker)
+		nt = keepSame(old, nt)
+		same = same && nt == old
 		if nt.challenges > 0 && (old == nil || nt.challenger != old.challenger || nt.challenges != old.challenges) {
 			next.unsettled = true
 		}
@@ -256,7 +265,10 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 		}
 		sort.Strings(absent)
 		for _, name := range absent {
-			nt, evs := mergeTopic(prev.topics[name], respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n, in.broker)
+			old := prev.topics[name]
+			nt, evs := mergeTopic(old, respTopic{name: name, err: errors.ErrUnknownTopicOrPartition}, n, in.broker)
+			nt = keepSame(old, nt)
+			same = same && nt == old
 			if nt.removing(n) {
 				next.unsettled = true
 			}
@@ -264,7 +276,51 @@ func merge(prev *state, in *response, n int) (*state, []Event) {
 			events = append(events, evs...)
 		}
 	}
+	if same && len(events) == 0 && unchanged(prev, next) {
+		return prev, nil
+	}
 	return next, events
+}
+
+// unchanged reports whether next, made by merge from prev with prev's own
+// topic entries, says nothing prev does not: same brokers, controller and
+// cluster ID, and neither unsettled (prev's flag asks the refresher for
+// another round trip, which next, settled, must end).
+func unchanged(prev, next *state) bool {
+	return !prev.unsettled && !next.unsettled &&
+		prev.controller == next.controller && prev.clusterID == next.clusterID &&
+		slices.Equal(prev.brokers, next.brokers) && prev.tombs == next.tombs
+}
+
+// keepSame returns old when nt, what an answer made of it, holds the same
+// state, so that an answer changing nothing keeps the entry (and the state)
+// it found.
+func keepSame(old, nt *topicState) *topicState {
+	if old != nil && nt != old && sameTopic(old, nt) {
+		return old
+	}
+	return nt
+}
+
+// sameTopic reports whether two entries hold the same state: what Topic
+// and Lookup answer and every count and record the merge rules read. An
+// error is the same only as the same value (a code without a known error
+// makes a new one each time: reported as a change, which costs only a new
+// Version).
+func sameTopic(a, b *topicState) bool {
+	return a.Name == b.Name && a.ID == b.ID && a.Internal == b.Internal && a.Err == b.Err &&
+		slices.EqualFunc(a.Partitions, b.Partitions, samePartition) &&
+		slices.Equal(a.rewinds, b.rewinds) && a.missing == b.missing &&
+		maps.Equal(a.reported, b.reported) && slices.Equal(a.moves, b.moves) &&
+		a.challenger == b.challenger && a.challenges == b.challenges &&
+		slices.Equal(a.floors, b.floors) && a.returns == b.returns && a.tomb == b.tomb
+}
+
+func samePartition(a, b Partition) bool {
+	return a.Topic == b.Topic && a.TopicID == b.TopicID && a.Partition == b.Partition &&
+		a.Leader == b.Leader && a.LeaderEpoch == b.LeaderEpoch &&
+		slices.Equal(a.Replicas, b.Replicas) && slices.Equal(a.ISR, b.ISR) &&
+		slices.Equal(a.OfflineReplicas, b.OfflineReplicas)
 }
 
 // compact turns every cached topic that has no partitions (removed by rule

@@ -285,6 +285,7 @@ func (r *Refresher) Topic(name string) (Topic, error) {
 // return equal Versions only if nothing Topic, Partition or Brokers answer
 // changed in between. A caller that derives something from Topic can keep
 // it with the Version it saw and reuse it while Version still returns that.
+// A round trip whose answer changes nothing keeps the Version.
 type Version struct{ s *state }
 
 // Version returns the current view's Version.
