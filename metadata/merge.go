@@ -477,6 +477,14 @@ func mergePartition(old Partition, rewinds int, rp respPartition, n int) (Partit
 }
 
 func mergeTopicError(old *topicState, rt respTopic, n int) (*topicState, []Event) {
+	if old != nil && len(old.Partitions) == 0 && old.missing > 0 && old.returns == 0 && old.Err == rt.err {
+		// Called unknown again with nothing to remove (a tombstone, or a
+		// topic never answered with partitions): missing counts toward
+		// removing partitions and nothing else reads it, returns has no
+		// count to end. Counting on would clone the entry for nothing,
+		// every tombstone once per all-topics answer.
+		return old, nil
+	}
 	var nt *topicState
 	if old == nil {
 		nt = &topicState{Topic: Topic{Name: rt.name, ID: rt.id}}

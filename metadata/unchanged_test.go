@@ -38,6 +38,11 @@ func TestMergeUnchangedKeepsState(t *testing.T) {
 		{name: "leaderless partition", in: answer(tp("t", A, withErr(p(0, 1, 5), errors.ErrLeaderNotAvailable)))},
 		{name: "epoch -1 over a known epoch", base: []*response{answer(tp("t", A, p(0, 1, 5)))}, in: answer(tp("t", A, p(0, 1, -1)))},
 		{name: "topic error", in: answer(terr("denied", errors.ErrTopicAuthorization))},
+		{name: "unknown topic never seen", in: answer(terr("u", errors.ErrUnknownTopicOrPartition))},
+		{name: "all topics with a removed one", base: []*response{allAnswer(tp("gone", A, p(0, 1, 5)), tp("t", id(1), p(0, 1, 1)))},
+			in: allAnswer(tp("t", id(1), p(0, 1, 1)))},
+		{name: "removed topic answered unknown", base: []*response{answer(tp("t", A, p(0, 1, 5))), answer(terr("t", errors.ErrUnknownTopicOrPartition))},
+			in: answer(terr("t", errors.ErrUnknownTopicOrPartition))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,13 +244,20 @@ func TestRefresherVersionKeptWhileUnchanged(t *testing.T) {
 		t.Run(fmt.Sprintf("all=%v", all), func(t *testing.T) {
 			r, fc, _ := newTestRefresher(t, Backoff(0, 0), Confirmations(1))
 			fc.set("t", id(1), fakePartition{leader: 1, epoch: 3})
+			fc.set("gone", id(2), fakePartition{leader: 1, epoch: 3})
 			if all {
 				defer r.WatchAll()()
 			} else {
-				defer r.Watch("t")()
+				defer r.Watch("t", "gone")()
 			}
-			if _, err := r.WaitFor(ctxBg, "t", 0, 3); err != nil {
+			if _, err := r.WaitFor(ctxBg, "gone", 0, 3); err != nil {
 				t.Fatal(err)
+			}
+			fc.remove("gone") // a tombstone (all) or a watched removed topic
+			for range 2 {
+				if err := r.Refresh(ctxBg, 0); err != nil {
+					t.Fatal(err)
+				}
 			}
 			v := r.Version()
 			if err := r.Refresh(ctxBg, 0); err != nil {
@@ -263,4 +275,37 @@ func TestRefresherVersionKeptWhileUnchanged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An all-topics answer costs no allocation per tombstone absent from it:
+// a tombstone called unknown again has nothing to gain from it (rule 8
+// removes partitions, it has none).
+func TestMergeTombstonesAbsentNotCloned(t *testing.T) {
+	const tombs, n = 1000, 2
+	st := emptyState()
+	var live []respTopic
+	for i := range tombs {
+		live = append(live, tp(fmt.Sprintf("t%d", i), TopicID{byte(i), byte(i >> 8), 1}, p(0, 1, 5)))
+	}
+	st, _ = merge(st, allAnswer(live...), n)
+	for range n {
+		st, _ = merge(st, allAnswer(), n)
+	}
+	st = compact(st, func(string) bool { return false }, 4096)
+	_, gone, _ := entries(st)
+	if len(gone) != tombs {
+		t.Fatalf("%d tombstones, want %d", len(gone), tombs)
+	}
+	in := allAnswer()
+	var next *state
+	allocs := testing.AllocsPerRun(10, func() { next, _ = merge(st, in, n) })
+	if next != st {
+		t.Error("an answer absent of tombstones only changed the state")
+	}
+	// A few for the answer's bookkeeping (the new map, the sorted names),
+	// none per tombstone.
+	if allocs >= tombs/10 {
+		t.Fatalf("%v allocations merging an all-topics answer past %d tombstones", allocs, tombs)
+	}
+	t.Logf("%v allocations for %d tombstones", allocs, tombs)
 }
