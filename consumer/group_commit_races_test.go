@@ -550,7 +550,11 @@ func TestLostPartitionsNotCommitted(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	timing := []consumer.Opt{consumer.SessionTimeout(time.Second), consumer.RebalanceTimeout(time.Second),
+	// A 2 s session: with 1 s, a loaded machine under -race (the whole
+	// suite) once let m1's session lapse before the cut, m1 rejoined
+	// under another member ID, and the refusals and the cut, aimed at
+	// the first, missed it.
+	timing := []consumer.Opt{consumer.SessionTimeout(2 * time.Second), consumer.RebalanceTimeout(2 * time.Second),
 		consumer.HeartbeatInterval(100 * time.Millisecond), consumer.AutoCommitInterval(20 * time.Millisecond)}
 	var m1log atomic.Pointer[rebalanceLog]
 	lost, proceed := make(chan struct{}), make(chan struct{})
@@ -573,9 +577,13 @@ func TestLostPartitionsNotCommitted(t *testing.T) {
 		m1id.Store(m1.cons.GroupMetadata().MemberID)
 		return committedBy(t, check, tp)[tp].Offset == 10
 	})
+	m1id.Store(m1.cons.GroupMetadata().MemberID)
 	refused.Store(true)
 	produceRange(t, c, 0, 10, 20)
 	waitFor(t, 10*time.Second, "m1 got 20 records", func() bool { r, _ := m1.got(); return len(r) == 20 })
+	if id := m1.cons.GroupMetadata().MemberID; id != m1id.Load().(string) {
+		t.Fatalf("m1 rejoined as %s (was %s) before the cut: its session lapsed", id, m1id.Load())
+	}
 	cut.Store(true)
 	select {
 	case <-lost:
