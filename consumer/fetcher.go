@@ -741,10 +741,8 @@ func (f *fetcher) send(req *kmsg.FetchRequest, parts map[TopicPartition]inflight
 			f.wakeUp()
 			return
 		}
-		if ke, ok := err.(*kerr.Error); ok {
-			code = seek.Code(ke.Code)
-		} else if ue, ok := err.(*errors.UnknownCodeError); ok {
-			code = seek.Code(ue.Code)
+		if kc, ok := errors.CodeOf(err); ok {
+			code = seek.Code(kc) // one this client does not know included
 		} else if c.ctx.Err() == nil && !canceled {
 			// No answer: a refused or broken connection, or none in
 			// time (the request's own deadline).

@@ -157,27 +157,13 @@ type Producer struct {
 	// ended (txnLeftKind names it); a retry of the same operation waits on it.
 	txnLeft     chan error
 	txnLeftKind string
-	// endTxnLost counts EndTxn requests written whose answer never came
-	// (the write hook's count): the transport resends such a request by
-	// itself, and the TxnState must learn that the first may have applied.
-	endTxnLost atomic.Uint64
-	// offsetsLost counts AddOffsetsToTxn and TxnOffsetCommit requests
-	// written whose answer never came (the same hook's count).
-	offsetsLost atomic.Uint64
-	// addLost counts AddPartitionsToTxn requests written whose answer
-	// never came (the same hook's count).
-	addLost atomic.Uint64
-	// endTxnAnswers, offsetsAnswers and addAnswers count the attempts of
-	// those requests that were answered (the same hook's count): the
-	// transport sends such a request again by itself when its answer is
-	// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
-	// COORDINATOR_LOAD_IN_PROGRESS, and returns the last answer only,
-	// while the coordinator may give each of those after applying the
-	// attempt (answeredAfterAppend): more answers than the one returned
-	// tell the TxnState so (retriedAnswered).
-	endTxnAnswers  atomic.Uint64
-	offsetsAnswers atomic.Uint64
-	addAnswers     atomic.Uint64
+	// endTxnAttempts, offsetsAttempts (AddOffsetsToTxn and
+	// TxnOffsetCommit) and addAttempts (AddPartitionsToTxn) count the
+	// attempts of those requests the transport wrote (the write hook's
+	// count; see attempts).
+	endTxnAttempts  attempts
+	offsetsAttempts attempts
+	addAttempts     attempts
 	// offsetsBusy: SendOffsetsToTransaction calls under way; Commit and
 	// Abort wait for them (offsetsIdle is closed when the count drops to 0).
 	offsetsBusy int

@@ -16,6 +16,7 @@ import (
 	"github.com/kepoch/kepoch/errors"
 	recbatch "github.com/kepoch/kepoch/internal/batch"
 	"github.com/kepoch/kepoch/internal/compress"
+	"github.com/kepoch/kepoch/internal/wire"
 	"github.com/kepoch/kepoch/metadata"
 )
 
@@ -117,20 +118,13 @@ func (h writeHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2
 		return
 	}
 	lost := e2e.ReadErr != nil
-	count := func(lostN, answers *atomic.Uint64) {
-		if lost {
-			lostN.Add(1)
-		} else {
-			answers.Add(1)
-		}
-	}
 	switch kmsg.Key(key) {
 	case kmsg.EndTxn:
-		count(&h.p.endTxnLost, &h.p.endTxnAnswers)
+		h.p.endTxnAttempts.note(lost)
 	case kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit:
-		count(&h.p.offsetsLost, &h.p.offsetsAnswers)
+		h.p.offsetsAttempts.note(lost)
 	case kmsg.AddPartitionsToTxn:
-		count(&h.p.addLost, &h.p.addAnswers)
+		h.p.addAttempts.note(lost)
 	}
 }
 
@@ -553,28 +547,16 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 		case p.cfg.acks == AcksNone:
 			// No answer by design; count it as written, offset unknown.
 		default:
-			// The partition's first entry is its answer (as the
-			// consumer reads a Fetch): a later one, a broker's mistake,
-			// is ignored, and so is an entry for a partition the request
-			// did not name (only the batches sent are looked up).
-			found := false
-			for _, t := range resp.Topics {
-				if found || !answersTopic(t, x) {
-					continue
+			t, rp := produceAnswer(resp, x)
+			if rp != nil {
+				res.Code, res.BaseOffset, res.LogStartOffset = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset
+				res.ByTopicID = t.TopicID != ([16]byte{})
+				if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
+					// The hint is about the incarnation the request
+					// named: ignored if the cache moved on.
+					p.meta.ApplyHint(x.ps.tp.Topic, x.topicID, x.ps.tp.Partition, rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch)
 				}
-				for _, rp := range t.Partitions {
-					if !found && rp.Partition == x.ps.tp.Partition {
-						res.Code, res.BaseOffset, res.LogStartOffset, found = rp.ErrorCode, rp.BaseOffset, rp.LogStartOffset, true
-						res.ByTopicID = t.TopicID != ([16]byte{})
-						if rp.ErrorCode != 0 && rp.CurrentLeader.LeaderID >= 0 && rp.CurrentLeader.LeaderEpoch >= 0 {
-							// The hint is about the incarnation the request
-							// named: ignored if the cache moved on.
-							p.meta.ApplyHint(x.ps.tp.Topic, x.topicID, x.ps.tp.Partition, rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch)
-						}
-					}
-				}
-			}
-			if !found {
+			} else {
 				// The broker answered the request without this partition:
 				// nothing says whether it was appended.
 				res.Delivery = NoResponse
@@ -636,11 +618,27 @@ func (s *sink) handle(batches []sent, resp *kmsg.ProduceResponse, err error) {
 // answer for x's topic: by the topic ID x's request named (Produce v13+
 // answers name topics by ID only), else by name. An answer is always about
 // the incarnation its request named, whatever metadata learned since.
-func answersTopic(t kmsg.ProduceResponseTopic, x sent) bool {
-	if x.topicID != ([16]byte{}) && t.TopicID != ([16]byte{}) {
-		return t.TopicID == x.topicID
+// produceAnswer returns the entry of resp that answers x's partition, nil
+// if none does: the first (as the consumer reads a Fetch); a later one, a
+// broker's mistake, is ignored, and so is an entry for a partition the
+// request did not name (only the batches sent are looked up).
+func produceAnswer(resp *kmsg.ProduceResponse, x sent) (*kmsg.ProduceResponseTopic, *kmsg.ProduceResponseTopicPartition) {
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if !answersTopic(*t, x) {
+			continue
+		}
+		for j := range t.Partitions {
+			if t.Partitions[j].Partition == x.ps.tp.Partition {
+				return t, &t.Partitions[j]
+			}
+		}
 	}
-	return t.Topic == x.ps.tp.Topic
+	return nil, nil
+}
+
+func answersTopic(t kmsg.ProduceResponseTopic, x sent) bool {
+	return wire.SameTopic(t.Topic, t.TopicID, x.ps.tp.Topic, x.topicID)
 }
 
 // errMissingAnswer: a Produce answer that leaves out a partition its

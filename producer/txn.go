@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -457,6 +458,35 @@ func retriedAnswered(answers uint64, err error) bool {
 	return answers > 1
 }
 
+// attempts counts the attempts of one kind of coordinator request that the
+// transport wrote: those whose answer never came (a connection lost after
+// the write) and those answered. The transport sends such a request again
+// by itself after either, so a sender learns only from these counts that
+// an earlier attempt may have been applied.
+type attempts struct{ lost, answered atomic.Uint64 }
+
+// attemptMark is what attempts had counted when a request was sent.
+type attemptMark struct{ lost, answered uint64 }
+
+// note counts an attempt written: lost, or answered.
+func (a *attempts) note(lost bool) {
+	if lost {
+		a.lost.Add(1)
+	} else {
+		a.answered.Add(1)
+	}
+}
+
+// mark takes the counts before a request is sent.
+func (a *attempts) mark() attemptMark { return attemptMark{a.lost.Load(), a.answered.Load()} }
+
+// since reports, for a request sent at m that the transport returned with
+// err, whether an attempt of it was written and its answer lost, and
+// whether one was answered before the answer returned (retriedAnswered).
+func (a *attempts) since(m attemptMark, err error) (lost, retried bool) {
+	return a.lost.Load() != m.lost, retriedAnswered(a.answered.Load()-m.answered, err)
+}
+
 // addPartitionsResults reads the per-partition codes of resp, the answer to
 // req, from the field its version carries them in: Topics up to v3, the
 // entry of req's transactional ID in Transactions (or the top-level code,
@@ -561,13 +591,14 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
 		}
-		lost, answers := p.addLost.Load(), p.addAnswers.Load()
+		mark := p.addAttempts.mark()
 		resp, err := req.RequestWith(ctx, p.cl)
 		// The transport wrote an attempt whose answer was lost, or that
 		// was answered with a code it retries, and sent it again: that
 		// attempt may have started the transaction, whatever the resend
 		// met (a refused lookup, a refusal).
-		resent := p.addLost.Load() != lost || retriedAnswered(p.addAnswers.Load()-answers, err)
+		lost, retried := p.addAttempts.since(mark, err)
+		resent := lost || retried
 		var results []AddPartitionResult
 		d := Answered
 		if code, ok := lookupRefusal(err); ok {
@@ -601,10 +632,10 @@ func (p *Producer) sendTxn(r TxnRequest) (TxnStep, bool, error) {
 		req.TransactionalID = r.TransactionalID
 		req.ProducerID, req.ProducerEpoch = r.Producer.ID, r.Producer.Epoch
 		req.Commit = r.Commit
-		lost, answers := p.endTxnLost.Load(), p.endTxnAnswers.Load()
+		mark := p.endTxnAttempts.mark()
 		resp, err := req.RequestWith(ctx, p.cl)
-		res := EndTxnResult{Producer: NoProducerID, Resent: p.endTxnLost.Load() != lost,
-			RetriedAnswered: retriedAnswered(p.endTxnAnswers.Load()-answers, err)}
+		lost, retried := p.endTxnAttempts.since(mark, err)
+		res := EndTxnResult{Producer: NoProducerID, Resent: lost, RetriedAnswered: retried}
 		if code, ok := lookupRefusal(err); ok {
 			res.Code, res.Lookup = code, true
 		} else if err != nil {

@@ -166,13 +166,14 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, g GroupMetadata
 func (p *Producer) offsetsRequest(ctx context.Context, kind OffsetsRequestKind, send func(context.Context) ([]int16, error)) error {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.requestTO)
-		lost, answers := p.offsetsLost.Load(), p.offsetsAnswers.Load()
+		mark := p.offsetsAttempts.mark()
 		codes, err := send(rctx)
 		cancel()
 		// The transport resends by itself a request whose connection was
 		// lost after the write, or that was answered with a code it
 		// retries: the write hook counts those.
-		resent := p.offsetsLost.Load() != lost || retriedAnswered(p.offsetsAnswers.Load()-answers, err)
+		lost, retried := p.offsetsAttempts.since(mark, err)
+		resent := lost || retried
 		lookup := false
 		if code, ok := lookupRefusal(err); ok {
 			// The coordinator's lookup refused: as final as its answer,

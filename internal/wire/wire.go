@@ -104,7 +104,7 @@ func Produce(ctx context.Context, br kmsg.Requestor, topic string, topicID [16]b
 		return kmsg.ProduceResponseTopicPartition{}, err
 	}
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
-		!sameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
+		!SameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
 		return kmsg.ProduceResponseTopicPartition{}, malformed("Produce", topic, partition)
 	}
 	return resp.Topics[0].Partitions[0], nil
@@ -115,16 +115,16 @@ func Produce(ctx context.Context, br kmsg.Requestor, topic string, topicID [16]b
 // request asked about; any other shape is malformed.
 func FetchAnswer(resp *kmsg.FetchResponse, topic string, topicID [16]byte, partition int32) (*kmsg.FetchResponseTopicPartition, error) {
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 ||
-		!sameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
+		!SameTopic(resp.Topics[0].Topic, resp.Topics[0].TopicID, topic, topicID) || resp.Topics[0].Partitions[0].Partition != partition {
 		return nil, malformed("Fetch", topic, partition)
 	}
 	return &resp.Topics[0].Partitions[0], nil
 }
 
-// sameTopic reports whether an answer's topic (name, ID) is the one asked
+// SameTopic reports whether an answer's topic (name, ID) is the one asked
 // about: by ID when both sides carry one (versions that name topics by ID
 // may leave the name empty), by name otherwise.
-func sameTopic(name string, id [16]byte, askedName string, askedID [16]byte) bool {
+func SameTopic(name string, id [16]byte, askedName string, askedID [16]byte) bool {
 	if id != ([16]byte{}) && askedID != ([16]byte{}) {
 		return id == askedID
 	}
